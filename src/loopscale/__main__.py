@@ -1,0 +1,5 @@
+import sys
+
+from loopscale.cli import main
+
+sys.exit(main())

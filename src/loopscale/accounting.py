@@ -1,0 +1,140 @@
+"""Parameter and FLOPs accounting exactly as the paper counts them (spec §3–§4).
+
+Units: parameters are counts; FLOPs are per *token* (multiply by tokens for a run's total).
+No torch here: the planner and the fitter use this module too.
+
+What the analytic training count covers: every matmul with a weight (2 FLOPs per multiply-add, ×3 for
+forward + backward), the per-block RMSNorm gains counted as if they were weights (the paper's convention),
+and the two attention matmuls QKᵀ and AV at the full context T (12·d·T per layer per token, PaLM
+convention, i.e. no causal halving). It leaves out the embedding lookup, softmax, norm arithmetic,
+activation functions, RoPE and the softcap, and it charges the three model-level norm gains (3d) nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from loopscale.config import Layout, ModelConfig
+from loopscale.errors import UserError
+
+
+@dataclass(frozen=True)
+class ParamCounts:
+    """Parameter counts of one model (spec §3.1). ``n = n_once + n_rec`` exactly."""
+
+    n: int  # non-embedding parameters: blocks + injection + 3d model-level norm gains
+    n_once: int  # applied once per token: prelude, coda, the 3d model-level gains (and HC scalars)
+    n_rec: int  # applied r times per token: recurrent block + injection
+    n_embed: int  # wte + lm_head (padded vocabulary × d each)
+
+    def as_dict(self) -> dict[str, int]:
+        return {"n": self.n, "n_once": self.n_once, "n_rec": self.n_rec, "n_embed": self.n_embed}
+
+
+def block_params(d: int) -> int:
+    """One transformer block: q, k, v, o (4d²), MLP d→4d→d (8d²), two RMSNorm gains (2d)."""
+    return 12 * d * d + 2 * d
+
+
+def injection_params(d: int, layout: Layout, hc_lanes: int = 2) -> int:
+    """Parameters of the injection applied in each loop: 2d² for linear, 0 for additive/none.
+
+    Hyperconnection scalars are per iteration (r·(K² + 2K) in all); they are counted by ``count_params``
+    into N_once because each scalar is used once per token, not r times.
+    """
+    return 2 * d * d if layout.injection == "linear" else 0
+
+
+def count_params(cfg: ModelConfig) -> ParamCounts:
+    """N, N_once, N_rec, N_embed for ``cfg`` with the paper's split (injection in N_rec, 3d in N_once)."""
+    d, lay = cfg.width, cfg.layout()
+    n_b = block_params(d)
+    n_rec = lay.rec_layers * n_b + injection_params(d, lay)
+    n_once = (lay.prelude + lay.coda) * n_b + 3 * d
+    if lay.injection == "hyperconnect":
+        k = cfg.hc_lanes
+        n_once += lay.r * (k * k + 2 * k)
+    n_embed = 2 * cfg.padded_vocab * d
+    return ParamCounts(n=n_once + n_rec, n_once=n_once, n_rec=n_rec, n_embed=n_embed)
+
+
+def ls_split(cfg: ModelConfig, rs: tuple[int, ...] = (1, 2, 4, 8)) -> tuple[float, float]:
+    """The project page's least-squares (N_once, N_rec) split (spec §3.4), a compatibility option.
+
+    For the model's width, fit N(r) = N_once^LS + (L/r)·n_blk^LS by least squares over ``rs`` (L is the
+    recurrent depth of the looped template, 16 in the paper) and return (N_once^LS, (L/r)·n_blk^LS) for
+    ``cfg.r``. The two parts do not sum exactly to N.
+    """
+    lay = _looped_template(cfg).layout()
+    rec_depth = lay.rec_layers * lay.r
+    xs, ns = [], []
+    for r in rs:
+        variant = _with_r(cfg, r)
+        xs.append(rec_depth / r)
+        ns.append(count_params(variant).n)
+    design = np.column_stack([np.ones(len(xs)), xs])
+    (n_once_ls, n_blk_ls), *_ = np.linalg.lstsq(design, np.asarray(ns, dtype=float), rcond=None)
+    return float(n_once_ls), float(rec_depth / cfg.r * n_blk_ls)
+
+
+def _looped_template(cfg: ModelConfig) -> ModelConfig:
+    # The LS split is defined on the looped layout (prelude/coda as configured), not the plain r = 1 one.
+    return _with_r(cfg, 2)
+
+
+def _with_r(cfg: ModelConfig, r: int) -> ModelConfig:
+    from dataclasses import replace
+
+    return replace(cfg, r=r, bptt_k=None)
+
+
+def flops_per_token(cfg: ModelConfig, *, training: bool = True) -> int:
+    """Per-token FLOPs with the paper's exact formula (spec §4.2–4.3).
+
+    training=True: F_train = 6·(P_prelude + P_coda + P_lm_head) + 6r·(P_recur + P_inject)
+    + 12·d·T·(effective depth), with truncated BPTT charging the r − k detached loops forward-only
+    (2× weights, 4·d·T attention) and hyperconnections charging (K² + 2K)·d per loop in place of P_inject.
+    training=False: the forward pass only (2× weights, 4·d·T attention per layer), for inference cost.
+    """
+    d, lay, t = cfg.width, cfg.layout(), cfg.seq_len
+    n_b = block_params(d)
+    p_once = (lay.prelude + lay.coda) * n_b + cfg.padded_vocab * d
+    if lay.injection == "hyperconnect":
+        k = cfg.hc_lanes
+        p_inject = (k * k + 2 * k) * d
+    else:
+        p_inject = injection_params(d, lay)
+    p_loop = lay.rec_layers * n_b + p_inject
+    attn_once = d * t * (lay.prelude + lay.coda)
+    attn_loop = d * t * lay.rec_layers
+    if not training:
+        return 2 * p_once + 2 * lay.r * p_loop + 4 * attn_once + 4 * lay.r * attn_loop
+    k_full = cfg.effective_bptt_k
+    f_detached = lay.r - k_full
+    return (
+        6 * p_once
+        + (2 * f_detached + 6 * k_full) * p_loop
+        + 12 * attn_once
+        + (4 * f_detached + 12 * k_full) * attn_loop
+    )
+
+
+def steps_for_budget(budget: float, flops_per_token: int, batch_tokens: int) -> int:
+    """steps = round(C / (F·B)) (spec §4.4); a budget too small for one step is a UserError."""
+    if budget <= 0:
+        raise UserError(f"budget must be positive, got {budget:g} FLOPs")
+    steps = round(budget / (flops_per_token * batch_tokens))
+    if steps < 1:
+        raise UserError(
+            f"budget {budget:.3g} FLOPs is smaller than one step "
+            f"({flops_per_token * batch_tokens:.3g} FLOPs = {flops_per_token:,} FLOPs/token × {batch_tokens:,} tokens)"
+        )
+    return steps
+
+
+def code_effective_params(cfg: ModelConfig) -> int:
+    """N_once + r·N_rec: the authors' code's 'effective params', used only for the LR data reference."""
+    c = count_params(cfg)
+    return c.n_once + cfg.r * c.n_rec

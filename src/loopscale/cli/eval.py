@@ -1,0 +1,5 @@
+"""``loopscale`` subcommands of this pipeline area (being written)."""
+
+
+def register(sub):
+    pass
