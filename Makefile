@@ -10,11 +10,12 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev,corpus]'
+	$(VENV)/bin/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
 setup: $(STAMP)
 	bash scripts/system_deps.sh
+	bash scripts/fetch_corpus_sources.sh >/dev/null
 
 demo: setup
 	$(VENV)/bin/loopscale demo

@@ -1,0 +1,5 @@
+"""The looped transformer (spec §2): ``LoopedGPT`` built from a ``loopscale.config.ModelConfig``."""
+
+from loopscale.model.gpt import LoopedGPT
+
+__all__ = ["LoopedGPT"]
