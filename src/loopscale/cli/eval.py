@@ -1,5 +1,100 @@
-"""``loopscale`` subcommands of this pipeline area (being written)."""
+"""``loopscale eval`` and ``loopscale eval-sweep``: downstream continuation loss on five axes (spec §10)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from loopscale.eval.axes import AXES
+from loopscale.eval.tasks import MAX_EXAMPLES
+
+TASK_DIR_ENV = "LOOPSCALE_TASK_DIR"
 
 
-def register(sub):
-    pass
+def _add_common(p: argparse.ArgumentParser) -> None:
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--tasks", nargs="+", metavar="TASK",
+                       help="paper task names (e.g. triviaqa induction_head) or .jsonl task files")
+    which.add_argument("--axes", nargs="+", metavar="AXIS",
+                       help=f"axes to evaluate (default: all five): {' '.join(AXES)}")
+    p.add_argument("--task-dir", type=Path,
+                   help=f"folder with <task>.jsonl files (default: ${TASK_DIR_ENV}, else data/tasks)")
+    p.add_argument("--r", type=int, help="loop count at evaluation (default: the trained r)")
+    p.add_argument("--tokenizer", type=Path,
+                   help="tokenizer.json (default: the one of the checkpoint's training data set)")
+    p.add_argument("--limit", type=int, default=MAX_EXAMPLES,
+                   help=f"score at most this many examples per task (default and maximum: {MAX_EXAMPLES:,})")
+    p.add_argument("--batch-tokens", type=int, help="input tokens per forward pass (default 8192)")
+    p.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("eval", help="per-token continuation loss of a checkpoint on the paper's five axes")
+    p.add_argument("checkpoint", type=Path, help="run folder or checkpoint folder")
+    _add_common(p)
+    p.add_argument("--json", type=Path, metavar="OUT", help="also write the full result (eval.json format)")
+    p.set_defaults(func=run_eval)
+
+    p = sub.add_parser("eval-sweep", help="evaluate every finished run of a sweep (writes eval.json per run)")
+    p.add_argument("sweep_dir", type=Path, help="sweep folder (with sweep.yaml)")
+    _add_common(p)
+    p.add_argument("--force", action="store_true", help="re-evaluate runs that already have eval.json")
+    p.set_defaults(func=run_eval_sweep)
+
+
+def _load_tasks(args: argparse.Namespace):
+    from loopscale.errors import UserError
+    from loopscale.eval.axes import DEFAULT_TASK_DIR, load_tasks, select
+
+    if not 1 <= args.limit <= MAX_EXAMPLES:
+        raise UserError(f"--limit must be in 1..{MAX_EXAMPLES}, got {args.limit}")
+    if args.batch_tokens is not None and args.batch_tokens < 1:
+        raise UserError(f"--batch-tokens must be >= 1, got {args.batch_tokens}")
+    task_dir = args.task_dir or Path(os.environ.get(TASK_DIR_ENV) or DEFAULT_TASK_DIR)
+    if args.task_dir is not None and not task_dir.is_dir():
+        raise UserError(f"task folder not found: {task_dir}")
+    selection = select(args.tasks, args.axes)
+    tasks, missing = load_tasks(selection, task_dir, max_examples=args.limit)
+    if not tasks:
+        raise UserError(f"none of the selected tasks has data in {task_dir}; see docs/eval.md for task files")
+    settings = {"selection": selection, "max_examples": args.limit, "task_dir": str(task_dir)}
+    return tasks, missing, settings
+
+
+def _batch_tokens(args: argparse.Namespace) -> int:
+    from loopscale.eval.continuation import DEFAULT_BATCH_TOKENS
+
+    return args.batch_tokens or DEFAULT_BATCH_TOKENS
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from loopscale.eval.suite import evaluate_model, format_report, load_eval_model
+    from loopscale.io import atomic_write_json
+
+    tasks, missing, settings = _load_tasks(args)
+    loaded = load_eval_model(args.checkpoint, args.tokenizer, args.device)
+
+    def progress(result):
+        print(f"  {result.name}: {result.loss:.4f} nats/token over {result.n_tokens} tokens", file=sys.stderr)
+
+    report = evaluate_model(loaded, tasks, missing, r=args.r, max_batch_tokens=_batch_tokens(args),
+                            settings={**settings, "r_requested": args.r}, progress=progress)
+    print(format_report(report))
+    if args.json:
+        atomic_write_json(args.json, report)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def run_eval_sweep(args: argparse.Namespace) -> int:
+    from loopscale.eval.suite import eval_sweep
+
+    tasks, missing, settings = _load_tasks(args)
+    counts = eval_sweep(args.sweep_dir, tasks, missing, r=args.r, tokenizer=args.tokenizer,
+                        device=args.device, max_batch_tokens=_batch_tokens(args), settings=settings,
+                        force=args.force)
+    print(f"eval-sweep: {counts['evaluated']} evaluated, {counts['done']} already done, "
+          f"{counts['skipped']} not finished or failed")
+    return 0

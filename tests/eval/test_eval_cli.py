@@ -1,0 +1,134 @@
+"""`loopscale eval` / `eval-sweep` on a real (tiny, 3-step) training run; r_eval ≠ r_train; bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from loopscale.cli import main
+from loopscale.data import train_bpe
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_eval_prints_tables_and_writes_json(trained_run, tmp_path, capsys):
+    out_json = tmp_path / "e.json"
+    code, out, _ = run_cli(capsys, "eval", str(trained_run), "--axes", "reasoning_primitives",
+                           "parametric_knowledge", "--limit", "12", "--task-dir", str(tmp_path),
+                           "--json", str(out_json), "--device", "cpu")
+    assert code == 0
+    assert "VarAssign d1 (code)" in out and "TriviaQA" in out and "missing (no task file)" in out
+    assert "reasoning_primitives" in out and "0/3, missing triviaqa, nq_open, webquestions" in out
+    report = json.loads(out_json.read_text())
+    assert report["r"] == report["r_train"] == 2
+    axis = report["axes"]["reasoning_primitives"]
+    assert axis["complete"] and len(axis["tasks"]) == 5
+    losses = [report["tasks"][name]["loss"] for name in axis["tasks"]]
+    assert axis["loss"] == pytest.approx(sum(losses) / 5)
+    assert all(report["tasks"][name]["n_examples"] == 12 for name in axis["tasks"])
+    assert report["axes"]["parametric_knowledge"]["loss"] is None
+    assert report["macro_loss"] == pytest.approx(axis["loss"])
+    assert {m["name"] for m in report["missing"]} == {"triviaqa", "nq_open", "webquestions"}
+
+
+def test_eval_at_other_r_works_and_changes_the_result(trained_run, tmp_path, capsys):
+    losses = {}
+    for r in ("1", "2", "4"):
+        out_json = tmp_path / f"r{r}.json"
+        code, out, _ = run_cli(capsys, "eval", str(trained_run), "--tasks", "induction_head",
+                               "varassign_d0_math", "--limit", "16", "--r", r, "--json", str(out_json),
+                               "--device", "cpu")
+        assert code == 0 and f"r_eval={r} (trained r=2)" in out
+        report = json.loads(out_json.read_text())
+        assert report["r"] == int(r)
+        losses[r] = report["macro_loss"]
+    assert len(set(losses.values())) == 3
+
+
+def _other_tokenizer(tmp_path, vocab):
+    path = tmp_path / f"other{vocab}.json"
+    texts = [f"zebra{i} quartz{i % 7} fjord{i % 13} glyph sphinx {i * 31}" for i in range(300)]
+    train_bpe(texts, vocab, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["eval", "/nonexistent/run"], "checkpoint not found"),
+        (["eval", "{run}", "--tasks", "{bad}"], "malformed JSON"),
+        (["eval", "{run}", "--tasks", "{empty}"], "no examples"),
+        (["eval", "{run}", "--tasks", "no_such_task"], "unknown task"),
+        (["eval", "{run}", "--axes", "nope"], "unknown axis"),
+        (["eval", "{run}", "--tasks", "triviaqa", "--task-dir", "{tmp}"], "none of the selected tasks"),
+        (["eval", "{run}", "--r", "0", "--tasks", "induction_head"], "r must be >= 1"),
+        (["eval", "{run}", "--limit", "0"], "--limit"),
+        (["eval", "{run}", "--tokenizer", "{tok320}", "--tasks", "induction_head"],
+         "trained with the tokenizer"),
+        (["eval-sweep", "{tmp}"], "not a sweep folder"),
+        (["eval", "{run}", "--tasks", "induction_head", "--device", "tpu0"], "unknown device"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(trained_run, tmp_path, capsys, args, message):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"context": "a", "continuation": "b"}\n{"context": "a", \n')
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text('{"task": {"name": "empty"}}\n')
+    fill = {"run": str(trained_run), "bad": str(bad), "empty": str(empty), "tmp": str(tmp_path)}
+    if any("{tok320}" in a for a in args):
+        fill["tok320"] = str(_other_tokenizer(tmp_path, 320))
+    argv = [a.format(**fill) for a in args]
+    code, out, err = run_cli(capsys, *argv, *([] if "--device" in argv else ["--device", "cpu"]))
+    assert code == 2
+    assert message in err and err.count("\n") == 1 and err.startswith("loopscale eval")
+
+
+def test_checkpoint_from_another_tokenizer(trained_run, tmp_path, capsys):
+    # The run's data set carries another tokenizer than the one the model was trained with.
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    data = tmp_path / "data"
+    src = Path(json.loads((trained_run / "result.json").read_text())["config"]["data"]["path"])
+    shutil.copytree(src, data)
+    shutil.copy(_other_tokenizer(tmp_path, 300), data / "tokenizer.json")
+    config = (run / "config.yaml").read_text().replace(str(src), str(data))
+    (run / "config.yaml").write_text(config)
+    code, _, err = run_cli(capsys, "eval", str(run), "--tasks", "induction_head", "--device", "cpu")
+    assert code == 2 and "another tokenizer" in err and err.count("\n") == 1
+
+
+def test_eval_sweep_is_resumable_and_skips_unfinished_runs(trained_run, tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    for name in ("a_ok", "b_ok"):
+        shutil.copytree(trained_run, sweep / "runs" / name)
+    failed = sweep / "runs" / "c_failed"
+    shutil.copytree(trained_run, failed)
+    result = json.loads((failed / "result.json").read_text())
+    result.update(status="failed", reason="non-finite loss")
+    (failed / "result.json").write_text(json.dumps(result))
+    (sweep / "runs" / "d_pending").mkdir()
+    args = ["eval-sweep", str(sweep), "--tasks", "induction_head", "--limit", "8", "--device", "cpu"]
+    code, out, _ = run_cli(capsys, *args)
+    assert code == 0 and "2 evaluated, 0 already done, 2 not finished or failed" in out
+    first = json.loads((sweep / "runs" / "a_ok" / "eval.json").read_text())
+    axis_loss = first["axes"]["reasoning_primitives"]["loss"]
+    assert axis_loss == pytest.approx(first["tasks"]["induction_head"]["loss"])
+    assert not (failed / "eval.json").exists() and not (sweep / "runs" / "d_pending" / "eval.json").exists()
+    # rerun: nothing to do; an interrupted evaluation (b has no eval.json) resumes with b only
+    code, out, _ = run_cli(capsys, *args)
+    assert "0 evaluated, 2 already done" in out
+    (sweep / "runs" / "b_ok" / "eval.json").unlink()
+    code, out, _ = run_cli(capsys, *args)
+    assert "1 evaluated, 1 already done" in out
+    # other settings (another r) are a different evaluation: redone
+    code, out, _ = run_cli(capsys, *args, "--r", "1")
+    assert "2 evaluated, 0 already done" in out
+    assert json.loads((sweep / "runs" / "a_ok" / "eval.json").read_text())["r"] == 1
+    assert not list((sweep / "runs" / "a_ok").glob(".eval.json.*"))  # atomic write left no temp file
