@@ -1,5 +1,190 @@
-"""``loopscale`` subcommands of this pipeline area (being written)."""
+"""``loopscale fit``, ``equiv`` and ``compare``: fit the law to a results table, read off equivalences, Δφ."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
 
 
-def register(sub):
-    pass
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("fit", help="fit the joint law (phi) or the Chinchilla law to a results table")
+    p.add_argument("table", help="results table: .csv, .jsonl or .parquet (one row per run)")
+    p.add_argument("--law", choices=["joint", "chinchilla"], default="joint")
+    p.add_argument("--fix-phi", type=float, help="fix phi at this value instead of fitting it")
+    p.add_argument("--restarts", type=int, default=500, help="random starts per fit (default 500)")
+    p.add_argument(
+        "--bootstrap", type=int, default=200, help="cell bootstrap resamples (0: none; default 200)"
+    )
+    p.add_argument(
+        "--bootstrap-restarts",
+        type=int,
+        help="random starts per bootstrap refit on top of the warm start (default 20)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--split",
+        choices=["paper", "ls"],
+        default="paper",
+        help="N_once/N_rec split: the paper's (default) or the project page's least squares",
+    )
+    p.add_argument(
+        "--model-config",
+        help="YAML with the architecture template (model keys) for the "
+        "compute-optimal FLOPs model; default: the paper's template",
+    )
+    p.add_argument("--json", dest="json_out", help="write the full result document to this file")
+    p.add_argument("--plots", help="write figures (PNG + SVG) into this folder")
+    p.set_defaults(func=run_fit)
+
+    p = sub.add_parser("equiv", help="equivalent non-looped size of a looped model (N_eff, r^phi, cost)")
+    p.add_argument("--phi", type=float, help="worth exponent phi (or take it from --fit)")
+    p.add_argument("--fit", dest="fit_json", help="a `loopscale fit --json` document to take phi from")
+    p.add_argument("--r", type=int, required=True, help="loop count of the looped model")
+    p.add_argument(
+        "--params",
+        type=float,
+        required=True,
+        help="non-embedding parameters of the non-looped (r = 1) model at the same width",
+    )
+    p.add_argument("--model-config", help="YAML with the architecture template; default: the paper's")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.set_defaults(func=run_equiv)
+
+    p = sub.add_parser(
+        "compare", help="delta-phi between two tables sharing the r = 1 runs (paired bootstrap)"
+    )
+    p.add_argument("base", help="baseline results table")
+    p.add_argument("variant", help="variant results table (same budgets and r = 1 runs)")
+    p.add_argument("--restarts", type=int, default=500)
+    p.add_argument("--bootstrap", type=int, default=200)
+    p.add_argument("--bootstrap-restarts", type=int)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", dest="json_out", help="write the result document to this file")
+    p.set_defaults(func=run_compare)
+
+
+def _template(path: str | None):
+    from loopscale.config import ModelConfig, from_dict, load_yaml
+
+    return None if path is None else from_dict(ModelConfig, load_yaml(path), "model")
+
+
+def _check_counts(args: argparse.Namespace) -> None:
+    from loopscale.errors import UserError
+
+    if args.restarts < 1:
+        raise UserError(f"--restarts must be >= 1, got {args.restarts}")
+    if args.bootstrap < 0 or args.bootstrap == 1:
+        raise UserError(f"--bootstrap must be 0 or >= 2, got {args.bootstrap}")
+    if args.bootstrap_restarts is not None and args.bootstrap_restarts < 0:
+        raise UserError(f"--bootstrap-restarts must be >= 0, got {args.bootstrap_restarts}")
+
+
+def run_fit(args: argparse.Namespace) -> int:
+    from loopscale.fit import load_table, plot_protocol, run_protocol
+    from loopscale.fit.bootstrap import BOOTSTRAP_RESTARTS
+    from loopscale.io import atomic_write_json
+
+    _check_counts(args)
+    table = load_table(args.table)
+    protocol = run_protocol(
+        table,
+        law=args.law,
+        fix_phi=args.fix_phi,
+        restarts=args.restarts,
+        bootstrap=args.bootstrap,
+        bootstrap_restarts=BOOTSTRAP_RESTARTS if args.bootstrap_restarts is None else args.bootstrap_restarts,
+        seed=args.seed,
+        flops_model=_template(args.model_config),
+        split=args.split,
+    )
+    print(protocol.format())
+    if args.json_out:
+        atomic_write_json(args.json_out, protocol.to_dict())
+        print(f"wrote {args.json_out}")
+    if args.plots:
+        paths = plot_protocol(protocol, table, args.plots)
+        print(f"wrote {len(paths)} figure files to {args.plots}")
+    return 0
+
+
+def run_equiv(args: argparse.Namespace) -> int:
+    from loopscale.errors import UserError
+    from loopscale.fit import equivalence
+
+    phi = args.phi
+    if args.fit_json:
+        path = Path(args.fit_json)
+        try:
+            doc = json.loads(path.read_text())
+            fitted = doc["fit"]["phi"]
+        except FileNotFoundError:
+            raise UserError(f"fit document not found: {path}") from None
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise UserError(f"{path}: not a joint-law `loopscale fit --json` document (no fit.phi)") from None
+        if phi is not None and phi != fitted:
+            raise UserError(f"--phi {phi} disagrees with phi = {fitted} in {path}; give one of them")
+        phi = fitted
+    if phi is None:
+        raise UserError("give --phi or --fit FIT.json")
+    out = equivalence(args.params, args.r, phi, _template(args.model_config))
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    p = out["params"]
+    print(
+        f"non-looped model: {p:,.0f} parameters at width d = {out['width']:.0f}; r = {args.r} at the same "
+        f"width, phi = {phi:g}"
+    )
+    print(
+        f"worth of {args.r} loops   r^phi = {out['worth']:.4f} unique blocks "
+        f"({100 * out['worth'] / args.r:.1f}% of full equivalence)"
+    )
+    print(f"unique parameters   {out['unique_params']:>16,.0f}  ({out['unique_ratio']:.4f} x)")
+    print(
+        f"effective N_eff     {out['effective_params']:>16,.0f}  ({out['effective_ratio']:.4f} x; "
+        f"layers only, injection ignored: {out['effective_ratio_layers_only']:.4f} x)"
+    )
+    print(
+        f"training cost       {out['flops_ratio']:.4f} x the non-looped model's FLOPs/token "
+        f"(= a {out['cost_equivalent_params']:,.0f}-parameter non-looped model; injection "
+        f"{100 * out['block_flops_overhead']:.1f}% of block FLOPs)"
+    )
+    return 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from loopscale.fit import compare_phi, load_table
+    from loopscale.fit.bootstrap import BOOTSTRAP_RESTARTS
+    from loopscale.io import atomic_write_json
+
+    _check_counts(args)
+    out = compare_phi(
+        load_table(args.base),
+        load_table(args.variant),
+        resamples=args.bootstrap,
+        restarts=args.restarts,
+        bootstrap_restarts=BOOTSTRAP_RESTARTS if args.bootstrap_restarts is None else args.bootstrap_restarts,
+        seed=args.seed,
+    )
+    lo, hi = out["ci"]["delta_phi"]
+    print(
+        f"{out['cells']} shared (budget, r) cells over {len(out['budgets'])} budgets; "
+        f"{out['shared_r1_runs']} identical r = 1 runs"
+    )
+    for name in ("base", "variant"):
+        f = out[name]
+        clo, chi = out["ci"][f"{name}_phi"]
+        print(
+            f"{name:<8} phi = {f['phi']:.4f} [{clo:.4f}, {chi:.4f}]  alpha {f['alpha']:.4f}  "
+            f"beta {f['beta']:.4f}  E {f['E']:.4f}  R2 {f['r2']:.4f}  ({f['n_runs']} runs)"
+        )
+    print(
+        f"delta phi = {out['delta_phi']:+.4f}, {100 * out['level']:.0f}% paired bootstrap CI "
+        f"[{lo:+.4f}, {hi:+.4f}] ({out['resamples']} resamples)"
+    )
+    if args.json_out:
+        atomic_write_json(args.json_out, out)
+        print(f"wrote {args.json_out}")
+    return 0

@@ -1,5 +1,191 @@
-"""``loopscale`` subcommands of this pipeline area (being written)."""
+"""``loopscale plan | sweep | collect | report | demo``: plan a grid, run it, tabulate it, report φ.
+
+Exit codes: 0 success; 2 bad input (one-line error); 3 some runs failed or did not finish (rows with status
+``failed`` or ``pending`` and a reason in the results table; the fit names the runs it leaves out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from loopscale.errors import UserError
+
+DEFAULT_DEMO_OUT = Path("runs/demo")
 
 
-def register(sub):
-    pass
+def _add_spec_args(p: argparse.ArgumentParser, required: bool) -> None:
+    p.add_argument("spec", nargs=None if required else "?", metavar="SPEC", help="sweep YAML file")
+    p.add_argument("--preset", help="a named sweep instead of SPEC: paper, paper-truncated-bptt, "
+                                     "paper-hyperconnections, cpu, demo")
+
+
+def _add_fit_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--restarts", type=int, default=500, help="L-BFGS-B random restarts per fit (spec §8.3)")
+    p.add_argument("--bootstrap", type=int, default=200, help="cell-bootstrap resamples for the φ CI (spec §8.4)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the fit's restarts and bootstrap")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="list every run of a sweep: N_once, N_rec, FLOPs/token, steps, tokens, est. time")
+    _add_spec_args(p, required=False)
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    p.add_argument("--no-probe", action="store_true", help="skip the throughput probe (no wall-time estimate)")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("sweep", help="run a sweep (new or resumed) locally or on SLURM")
+    _add_spec_args(p, required=False)
+    p.add_argument("--out", required=True, type=Path, help="sweep folder (rerun the same command to resume)")
+    p.add_argument("--data", help="packed dataset folder for every run (sets train.data.path)")
+    p.add_argument("--executor", choices=["local", "slurm"], default="local")
+    p.add_argument("--workers", type=int, default=1, help="local: concurrent runs; slurm: max concurrent tasks")
+    p.add_argument("--threads", type=int, help="CPU threads per run (default: cores / workers)")
+    g = p.add_argument_group("slurm")
+    g.add_argument("--partition")
+    g.add_argument("--timeout-min", type=int, default=60, help="per task; a timed-out task is requeued and resumes")
+    g.add_argument("--cpus-per-task", type=int, default=1)
+    g.add_argument("--gpus-per-task", type=int, default=0)
+    g.add_argument("--mem-gb", type=float)
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("collect", help="write the results table (CSV + parquet) of a sweep folder")
+    p.add_argument("sweep_dir", type=Path, metavar="SWEEP_DIR")
+    p.add_argument("--out", type=Path, help="folder for results.csv/.parquet (default: SWEEP_DIR)")
+    p.set_defaults(func=cmd_collect)
+
+    p = sub.add_parser("report", help="collect + fit + report.md/report.html for a sweep folder")
+    p.add_argument("sweep_dir", type=Path, metavar="SWEEP_DIR")
+    p.add_argument("--out", type=Path, help="report folder (default: SWEEP_DIR/report)")
+    _add_fit_args(p)
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("demo", help="the whole pipeline on 2 CPU cores in about 10 minutes: data → sweep → fit → "
+                                    "report")
+    p.add_argument("--out", type=Path, default=DEFAULT_DEMO_OUT, help=f"sweep folder (default {DEFAULT_DEMO_OUT})")
+    p.add_argument("--data-root", type=Path, default=Path("data"), help="where the default corpus is built")
+    p.add_argument("--workers", type=int, default=2, help="concurrent runs (one thread each on CPU)")
+    _add_fit_args(p)
+    p.set_defaults(func=cmd_demo)
+
+
+def _load(args: argparse.Namespace):
+    from loopscale.sweep import load_spec, preset
+
+    if args.spec and args.preset:
+        raise UserError("give either a SPEC file or --preset, not both")
+    if args.preset:
+        return preset(args.preset)
+    if args.spec:
+        return load_spec(args.spec)
+    return None
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from loopscale.sweep.plan import format_plan, measure_throughput, plan_sweep
+
+    spec = _load(args)
+    if spec is None:
+        raise UserError("give a SPEC file or --preset NAME")
+    runs = plan_sweep(spec)
+    probe = None if args.no_probe else measure_throughput(runs)
+    sys.stdout.write(format_plan(spec, runs, args.format, probe))
+    return 0
+
+
+def _with_data(spec, data: str | None):
+    if data is None:
+        return spec
+    from loopscale.config import replace
+
+    train = dict(spec.train)
+    train["data"] = {**(train.get("data") or {}), "path": str(data)}
+    return replace(spec, train=train)
+
+
+def _threads(workers: int, threads: int | None) -> int | None:
+    import os
+
+    if threads is not None:
+        if threads < 1:
+            raise UserError(f"--threads must be >= 1, got {threads}")
+        return threads
+    return max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None
+
+
+def run_sweep(spec, out: Path, *, executor: str = "local", workers: int = 1, threads: int | None = None,
+              slurm=None) -> dict[str, str]:
+    """Create or resume sweep folder ``out`` and run every unfinished run; returns {run: status}."""
+    from loopscale.sweep.executors import run_local, run_slurm
+    from loopscale.sweep.rundir import init_sweep, open_sweep
+
+    if spec is None:
+        spec, _ = open_sweep(out)
+    runs = init_sweep(spec, out)
+    if executor == "slurm":
+        return run_slurm(out, runs, slurm, nproc=spec.nproc)
+    return run_local(out, runs, workers=workers, nproc=spec.nproc, threads=_threads(workers, threads))
+
+
+def _exit_code(statuses: dict[str, str]) -> int:
+    """0 when every run finished ok; 3 when some failed or did not finish (stopped, cancelled, busy)."""
+    code = 0
+    for status, what in (("failed", "failed"), ("pending", "did not finish (rerun to resume)"),
+                         ("busy", "are running in another executor")):
+        names = sorted(name for name, s in statuses.items() if s == status)
+        if names:
+            print(f"{len(names)} run(s) {what}: {', '.join(names)} (reasons in results.csv)", file=sys.stderr)
+            code = 3
+    return code
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from loopscale.sweep.collect import collect
+    from loopscale.sweep.executors import SlurmOptions
+
+    spec = _with_data(_load(args), args.data) if (args.spec or args.preset) else None
+    if spec is None and args.data:
+        raise UserError("--data applies to a new sweep; a resumed sweep keeps the data of its sweep.yaml")
+    slurm = SlurmOptions(partition=args.partition, timeout_min=args.timeout_min, cpus_per_task=args.cpus_per_task,
+                         gpus_per_task=args.gpus_per_task, mem_gb=args.mem_gb, parallelism=args.workers)
+    statuses = run_sweep(spec, args.out, executor=args.executor, workers=args.workers, threads=args.threads,
+                         slurm=slurm)
+    _, csv_path, _ = collect(args.out)
+    print(f"results: {csv_path}")
+    return _exit_code(statuses)
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    from loopscale.sweep.collect import collect
+
+    rows, csv_path, parquet_path = collect(args.sweep_dir, args.out)
+    counts = {status: sum(1 for r in rows if r["status"] == status) for status in ("ok", "failed", "pending")}
+    print(f"{len(rows)} runs: {counts['ok']} ok, {counts['failed']} failed, {counts['pending']} pending → "
+          f"{csv_path}, {parquet_path}")
+    for row in rows:
+        if row["status"] != "ok":
+            print(f"  {row['status']:<8} {row['run']}: {row['reason']}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from loopscale.report import build_report
+
+    report = build_report(args.sweep_dir, args.out, restarts=args.restarts, bootstrap=args.bootstrap,
+                          seed=args.seed)
+    print(report.summary_line)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from loopscale.data import prepare_default
+    from loopscale.report import build_report
+    from loopscale.sweep import preset
+
+    spec = preset("demo")
+    data = prepare_default(args.data_root, vocab_size=spec.model["vocab_size"], seq_len=spec.model["seq_len"])
+    spec = _with_data(spec, str(data))
+    statuses = run_sweep(spec, args.out, workers=args.workers)
+    report = build_report(args.out, None, restarts=args.restarts, bootstrap=args.bootstrap, seed=args.seed)
+    print(report.summary_line)
+    return _exit_code(statuses)

@@ -1,5 +1,148 @@
-"""``loopscale`` subcommands of this pipeline area (being written)."""
+"""``loopscale train``: one training run to a FLOPs budget (or a number of steps) into a run folder.
+
+Exit codes: 0 ok, 2 bad input (one line on stderr, nothing written), 3 the run failed (non-finite loss;
+result.json records status "failed" and the reason). On CPU the command re-executes itself once with
+tcmalloc preloaded when /usr/lib/*/libtcmalloc_minimal.so.4 exists (set LOOPSCALE_NO_TCMALLOC=1 to keep glibc
+malloc): the allocator changes CPU training throughput by tens of percent (benchmarks/RESULTS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from loopscale.cli.describe import add_model_flags, model_overrides
+
+REEXEC_MARK = "LOOPSCALE_TCMALLOC_REEXEC"
 
 
-def register(sub):
-    pass
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train one looped (or plain) model to a FLOPs budget; resumable",
+        description="Train one model. YAML (--config) and flags are merged into one TrainConfig "
+        "(flags win); the resolved config is written to OUT/config.yaml.",
+    )
+    p.add_argument(
+        "--config", help="YAML TrainConfig (keys: model, data, optim, budget, steps, batch_tokens, ...)"
+    )
+    p.add_argument(
+        "--out", required=True, type=Path, help="run folder (config, metrics, checkpoints, result)"
+    )
+    p.add_argument("--resume", action="store_true", help="continue the run in OUT from its latest checkpoint")
+    add_model_flags(p)
+    g = p.add_argument_group("run")
+    g.add_argument("--data", dest="data_path", help="packed dataset folder (loopscale data prepare)")
+    g.add_argument(
+        "--val-tokens", type=int, help="target tokens of the final validation loss (default: whole split)"
+    )
+    g.add_argument("--budget", type=float, help="training FLOPs C; steps = round(C / (F·B))")
+    g.add_argument("--steps", type=int, help="optimiser steps (instead of --budget)")
+    g.add_argument("--batch-tokens", type=int, help="global batch B in tokens (paper: 262144)")
+    g.add_argument(
+        "--micro-batch", type=int, help="sequences per forward pass per rank (gradient accumulation)"
+    )
+    g.add_argument("--seed", type=int)
+    g.add_argument("--device", help="auto | cpu | cuda | cuda:N")
+    g.add_argument("--precision", choices=["auto", "fp32", "bf16"])
+    g.add_argument(
+        "--compile", action=argparse.BooleanOptionalAction, default=None, help="torch.compile the model"
+    )
+    g.add_argument("--checkpoint-every-steps", type=int)
+    g.add_argument("--checkpoint-every-s", type=float)
+    g.add_argument("--log-every", type=int, help="metrics.jsonl line every N steps")
+    g.add_argument("--peak-flops", type=float, help="FLOP/s per device for MFU (default: measured, cached)")
+    g.add_argument(
+        "--no-progress", dest="progress", action="store_false", default=None, help="no progress bar"
+    )
+    o = p.add_argument_group("optimiser")
+    o.add_argument("--recipe", choices=["muonh", "adamw"])
+    o.add_argument("--matrix-lr", type=float, help="MuonH base LR (paper 0.014)")
+    o.add_argument(
+        "--d-ref", type=float, help="LR data reference D_ref in tokens (default: 10 × reference params)"
+    )
+    p.set_defaults(func=run)
+
+
+RUN_FLAGS = (
+    "budget",
+    "steps",
+    "batch_tokens",
+    "micro_batch",
+    "seed",
+    "device",
+    "precision",
+    "compile",
+    "checkpoint_every_steps",
+    "checkpoint_every_s",
+    "log_every",
+    "peak_flops",
+    "progress",
+)
+OPTIM_FLAGS = ("recipe", "matrix_lr", "d_ref")
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict:
+    """Flags that were given → a nested TrainConfig override mapping."""
+    out: dict = {k: getattr(args, k) for k in RUN_FLAGS if getattr(args, k) is not None}
+    # --steps and --budget are alternatives: a flag for one replaces the other from the YAML.
+    if args.steps is not None and args.budget is None:
+        out["budget"] = None
+    if args.budget is not None and args.steps is None:
+        out["steps"] = None
+    model = model_overrides(args)
+    if model:
+        out["model"] = model
+    data = {"path": args.data_path, "val_tokens": args.val_tokens}
+    data = {k: v for k, v in data.items() if v is not None}
+    if data:
+        out["data"] = data
+    optim = {k: getattr(args, k) for k in OPTIM_FLAGS if getattr(args, k) is not None}
+    if optim:
+        out["optim"] = optim
+    return out
+
+
+def maybe_reexec_with_tcmalloc(device: str | None) -> None:
+    """Replace this process by itself with tcmalloc in LD_PRELOAD (CPU runs from the command line only)."""
+    from loopscale.train.perf import tcmalloc_active, tcmalloc_library
+
+    if device and device.startswith("cuda"):
+        return
+    launched_as_command = (
+        os.path.basename(sys.argv[0]) in ("loopscale", "__main__.py") and "train" in sys.argv
+    )
+    library = tcmalloc_library()
+    if not launched_as_command or library is None or tcmalloc_active() or os.environ.get(REEXEC_MARK):
+        return
+    env = {
+        **os.environ,
+        REEXEC_MARK: "1",
+        "LD_PRELOAD": f"{library} {os.environ.get('LD_PRELOAD', '')}".strip(),
+    }
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "loopscale", *sys.argv[1:]], env)
+
+
+def run(args: argparse.Namespace) -> int:
+    maybe_reexec_with_tcmalloc(args.device)
+    from loopscale.train import load_train_config, train
+
+    cfg = load_train_config(args.config, overrides_from_args(args))
+    result = train(cfg, args.out, resume=args.resume)
+    if result["status"] != "ok":
+        print(
+            f"loopscale train: run failed: {result['reason']} (see {args.out / 'result.json'})",
+            file=sys.stderr,
+        )
+        return 3
+    if int(os.environ.get("RANK", "0")) == 0:
+        speed = f"{result['tokens_per_s']:,.0f} tokens/s" if result["tokens_per_s"] else "resumed at the end"
+        print(
+            f"val_loss {result['val_loss']:.4f} nats after {result['steps']} steps, "
+            f"{result['tokens']:,} tokens ({speed}) → {args.out / 'result.json'}"
+        )
+    return 0

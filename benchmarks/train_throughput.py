@@ -1,0 +1,156 @@
+"""Training throughput of looped models on this machine: tokens/s, achieved FLOP/s, fraction of matmul peak.
+
+For every width × r (effective depth fixed, so FLOPs/token are nearly equal across r) the script times real
+training steps (forward + backward + MuonH/AdamW step, the code path of ``loopscale train``) and reports
+  tokens/s, achieved FLOP/s = analytic training FLOPs/token (loopscale.accounting) × tokens/s, and the ratio
+  to the fp32 matmul peak measured in the same process (a 2048² matmul probe, best of 5).
+Each allocator (tcmalloc preloaded vs glibc malloc) runs in its own child process.
+
+    .venv/bin/python benchmarks/train_throughput.py                      # eager, both allocators
+    .venv/bin/python benchmarks/train_throughput.py --compile --rs 1 4   # + compiled (cold: 25-60 s each)
+
+Targets (issue 2): compiled >= 65% of peak at d >= 256; looped r = 4 >= 95% of r = 1 tokens/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+
+def child(args: argparse.Namespace) -> None:
+    import torch
+
+    from loopscale.accounting import flops_per_token
+    from loopscale.config import ModelConfig
+    from loopscale.model import LoopedGPT
+    from loopscale.train.config import OptimConfig
+    from loopscale.train.loop import Runtime, accumulate_gradients
+    from loopscale.train.optim import build_optimizers, peak_learning_rates
+    from loopscale.train.perf import measure_matmul_peak, tcmalloc_active
+
+    rt = Runtime(rank=0, world=1, device=torch.device("cpu"), autocast_dtype=None)
+    peak = measure_matmul_peak("cpu", "float32")
+    modes = ["eager", "compiled"] if args.compile else ["eager"]
+    for width in args.widths:
+        for r in args.rs:
+            cfg = ModelConfig(
+                width=width,
+                r=r,
+                depth=args.depth,
+                prelude=2,
+                coda=2,
+                head_dim=64,
+                vocab_size=args.vocab,
+                seq_len=args.seq_len,
+            )
+            f = flops_per_token(cfg)
+            for mode in modes:
+                torch.manual_seed(0)
+                model = LoopedGPT(cfg)
+                optim = OptimConfig(d_ref=1e9)  # LR values do not change the step time
+                lrs = peak_learning_rates(optim, cfg, args.batch * args.seq_len, 1e9)
+                optimizers = build_optimizers(model, optim, lrs, "cpu")
+                step_fn = torch.compile(model) if mode == "compiled" else model
+                rows = torch.randint(0, args.vocab, (args.batch, args.seq_len + 1))
+                times = []
+                t_start = time.perf_counter()
+                for i in range(args.warmup + args.steps):
+                    t0 = time.perf_counter()
+                    accumulate_gradients(step_fn, model, rows, args.batch, rt)
+                    for opt in optimizers:
+                        opt.step()
+                    model.zero_grad(set_to_none=True)
+                    if i >= args.warmup:
+                        times.append(time.perf_counter() - t0)
+                    if i == args.warmup - 1:
+                        warm_s = time.perf_counter() - t_start
+                step_s = sorted(times)[len(times) // 2]  # median
+                tokens_per_s = args.batch * args.seq_len / step_s
+                print(
+                    json.dumps(
+                        {
+                            "allocator": "tcmalloc" if tcmalloc_active() else "glibc",
+                            "mode": mode,
+                            "width": width,
+                            "r": r,
+                            "flops_per_token": f,
+                            "tokens_per_s": tokens_per_s,
+                            "achieved_flops": f * tokens_per_s,
+                            "peak_flops": peak,
+                            "fraction_of_peak": f * tokens_per_s / peak,
+                            "warmup_s": warm_s,
+                            "threads": torch.get_num_threads(),
+                        }
+                    ),
+                    flush=True,
+                )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--widths", type=int, nargs="+", default=[256, 384])
+    p.add_argument("--rs", type=int, nargs="+", default=[1, 2, 4, 8])
+    p.add_argument(
+        "--depth", type=int, default=12, help="effective depth (2 + 8 + 2: every r in 1,2,4,8 fits)"
+    )
+    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--vocab", type=int, default=4096)
+    p.add_argument("--batch", type=int, default=4, help="sequences per step")
+    p.add_argument("--steps", type=int, default=3, help="timed steps (median reported)")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--compile", action="store_true", help="also time torch.compile (cold compile per config)")
+    p.add_argument("--allocators", nargs="+", default=["tcmalloc", "glibc"], choices=["tcmalloc", "glibc"])
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        child(args)
+        return
+    from loopscale.train.perf import tcmalloc_library
+
+    rows = []
+    for allocator in args.allocators:
+        env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+        if allocator == "tcmalloc":
+            library = tcmalloc_library()
+            if library is None:
+                print("tcmalloc not installed; skipping", file=sys.stderr)
+                continue
+            env["LD_PRELOAD"] = library
+        argv = [a for a in sys.argv[1:] if a != "--child"]
+        done = subprocess.run(
+            [sys.executable, __file__, *argv, "--child"], env=env, capture_output=True, text=True
+        )
+        if done.returncode:
+            sys.exit(f"benchmark child ({allocator}) failed:\n{done.stderr[-3000:]}")
+        rows += [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    print(f"fp32 matmul peak: {rows[0]['peak_flops'] / 1e9:.1f} GFLOP/s ({rows[0]['threads']} threads)")
+    print("| allocator | mode | d | r | FLOPs/token | tokens/s | GFLOP/s | % of peak | tokens/s vs r=1 |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        base = next(
+            b
+            for b in rows
+            if (b["allocator"], b["mode"], b["width"], b["r"])
+            == (row["allocator"], row["mode"], row["width"], args.rs[0])
+        )
+        cells = [
+            row["allocator"],
+            row["mode"],
+            row["width"],
+            row["r"],
+            f"{row['flops_per_token']:.3e}",
+            f"{row['tokens_per_s']:,.0f}",
+            f"{row['achieved_flops'] / 1e9:.1f}",
+            f"{row['fraction_of_peak']:.1%}",
+            f"{row['tokens_per_s'] / base['tokens_per_s']:.1%}",
+        ]
+        print("| " + " | ".join(map(str, cells)) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,244 @@
+"""What a fitted law says: effective size, the worth of loops, equivalences, compute-optimal allocation.
+
+Units: sizes are parameter counts, compute C is training FLOPs, D is tokens, losses are nats. Sizes and
+per-token FLOPs as functions of width come from ``loopscale.accounting`` (exact paper formulas): every
+count is a quadratic polynomial in d, so ``SizeModel`` reads its three coefficients off the accounting at
+three widths (and checks them at a fourth) and then evaluates them at any continuous width.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import minimize_scalar
+
+from loopscale.accounting import block_params, count_params, flops_per_token, injection_params, ls_split
+from loopscale.config import ModelConfig
+from loopscale.config import replace as replace_config
+from loopscale.errors import UserError
+from loopscale.fit.law import law_loss
+from loopscale.fit.table import RunTable
+
+SPLITS = ("paper", "ls")
+
+
+def n_eff(n_once, n_rec, r, phi: float) -> np.ndarray:
+    """N_eff = N_once + r^φ·N_rec (parameters)."""
+    return np.asarray(n_once, float) + np.asarray(r, float) ** phi * np.asarray(n_rec, float)
+
+
+def loop_worth(r: int, phi: float) -> dict[str, float]:
+    """r loops are worth r^φ unique blocks; ``fraction`` = r^φ / r of full equivalence."""
+    worth = float(r) ** phi
+    return {"r": r, "worth": worth, "fraction": worth / r}
+
+
+def paper_template() -> ModelConfig:
+    """The paper's iso-depth template (depth 20, prelude/coda 2, vocab 32,064, T = 2048)."""
+    from loopscale.paper import SEQ_LEN, VOCAB
+
+    return ModelConfig(vocab_size=VOCAB, seq_len=SEQ_LEN)
+
+
+@dataclass(frozen=True)
+class SizeModel:
+    """N_once(d), N_rec(d), N(d) and F(d) of one (template, r) as exact quadratics in width d.
+
+    ``split`` "paper" uses the paper's N_once/N_rec (spec §3.1); "ls" the project page's least-squares split
+    (spec §3.4) for N_once/N_rec, while N stays the exact unique-parameter count.
+    """
+
+    r: int
+    split: str
+    coeffs: dict[str, np.ndarray]  # name → (c0, c1, c2) with value = c0 + c1·d + c2·d²
+
+    @classmethod
+    def build(cls, template: ModelConfig, r: int, split: str = "paper") -> SizeModel:
+        if split not in SPLITS:
+            raise UserError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
+        unit = template.head_dim
+        widths = [unit * k for k in (2, 3, 5, 8)]
+        samples = {"n_once": [], "n_rec": [], "n": [], "flops": []}
+        for w in widths:
+            cfg = replace_config(template, width=w, r=r, bptt_k=None)
+            counts = count_params(cfg)
+            once, rec = (counts.n_once, counts.n_rec) if split == "paper" else ls_split(cfg)
+            samples["n_once"].append(once)
+            samples["n_rec"].append(rec)
+            samples["n"].append(counts.n)
+            samples["flops"].append(flops_per_token(cfg))
+        d = np.asarray(widths, float)
+        vander = np.column_stack([np.ones(3), d[:3], d[:3] ** 2])
+        coeffs = {}
+        for name, values in samples.items():
+            c = np.linalg.solve(vander, np.asarray(values[:3], float))
+            check = c[0] + c[1] * d[3] + c[2] * d[3] ** 2
+            if not math.isclose(check, values[3], rel_tol=1e-9):
+                raise UserError(
+                    f"{name} is not quadratic in width for this template; cannot solve over width"
+                )
+            coeffs[name] = c
+        return cls(r=r, split=split, coeffs=coeffs)
+
+    def __call__(self, name: str, width) -> np.ndarray:
+        c = self.coeffs[name]
+        d = np.asarray(width, float)
+        return c[0] + c[1] * d + c[2] * d * d
+
+    def width_for(self, name: str, value: float) -> float:
+        """The continuous width at which ``name`` (e.g. "n") equals ``value``."""
+        c0, c1, c2 = self.coeffs[name]
+        return float((-c1 + math.sqrt(c1 * c1 - 4 * c2 * (c0 - value))) / (2 * c2))
+
+
+def equivalence(params: float, r: int, phi: float, template: ModelConfig | None = None) -> dict[str, float]:
+    """A non-looped model of ``params`` parameters vs the r-loop model at the same width (spec §9.8).
+
+    Returns the looped model's unique and effective sizes (N_eff, paper split; and the layers-only ratio
+    (ℓ_p + ℓ_c + r^φ·ℓ_rec)/depth that ignores the injection), its exact per-token training-FLOPs ratio to
+    the non-looped model, the injection's share of block FLOPs, and the non-looped size with the same
+    per-token training FLOPs (its training-cost equivalent).
+    """
+    if params <= 0:
+        raise UserError(f"params must be positive, got {params:g}")
+    if r < 1:
+        raise UserError(f"r must be >= 1, got {r}")
+    template = template or paper_template()
+    plain, looped = SizeModel.build(template, 1), SizeModel.build(template, r)
+    width = plain.width_for("n", params)
+    lay = replace_config(template, width=template.head_dim * 4, r=r).layout()
+    unique = float(looped("n", width))
+    effective = float(n_eff(looped("n_once", width), looped("n_rec", width), r, phi))
+    flops_looped = float(looped("flops", width))
+    layers_only = (lay.prelude + lay.coda + float(r) ** phi * lay.rec_layers) / lay.effective_depth
+    n_b = block_params(width)
+    return {
+        "params": float(params),
+        "r": r,
+        "phi": phi,
+        "width": width,
+        "unique_params": unique,
+        "unique_ratio": unique / params,
+        "effective_params": effective,
+        "effective_ratio": effective / params,
+        "effective_ratio_layers_only": layers_only,
+        "worth": float(r) ** phi,
+        "flops_ratio": flops_looped / float(plain("flops", width)),
+        "block_flops_overhead": r * injection_params(width, lay) / (lay.effective_depth * n_b),
+        "cost_equivalent_params": float(plain("n", plain.width_for("flops", flops_looped))),
+    }
+
+
+def residual_stats(observed: np.ndarray, predicted: np.ndarray, r: np.ndarray) -> dict:
+    """Residuals observed − predicted (nats): n, mean, max |resid|, RMSE overall and per r."""
+
+    def stats(res: np.ndarray) -> dict[str, float]:
+        return {
+            "n": int(res.size),
+            "mean": float(res.mean()),
+            "max_abs": float(np.abs(res).max()),
+            "rmse": float(np.sqrt(np.mean(res**2))),
+        }
+
+    res = np.asarray(observed, float) - np.asarray(predicted, float)
+    return {"overall": stats(res), "per_r": {str(k): stats(res[r == k]) for k in sorted(set(r.tolist()))}}
+
+
+def compute_optimal(
+    coef: dict[str, float],
+    budgets,
+    rs,
+    template: ModelConfig | None = None,
+    split: str = "paper",
+    width_range: tuple[float, float] = (32.0, 65536.0),
+) -> dict:
+    """Minimise L(N_eff(d), C/F(d)) over continuous width d for every (r, C) (spec §8.7, §9.6).
+
+    ``coef`` is a fitted law ({E, A, B, alpha, beta[, phi]}; without phi the plain law with N = unique
+    parameters). Returns per r: rows {budget, width, n, n_eff, tokens, loss} at the optimum, the exponents
+    a_N, a_D of N* ∝ C^a_N and D* ∝ C^a_D (least squares in log-log over the budgets), and the loss gap to
+    r = 1 per budget when r = 1 is among ``rs``. An optimum on the edge of ``width_range`` is flagged.
+    """
+    template = template or paper_template()
+    budgets = sorted(float(b) for b in budgets)
+    phi = coef.get("phi")
+    frontier: dict[str, dict] = {}
+    for r in sorted(set(int(v) for v in rs)):
+        sizes = SizeModel.build(template, r, split)
+        rows = []
+        for c in budgets:
+
+            def loss_at(log_d: float, c: float = c, sizes: SizeModel = sizes, r: int = r) -> float:
+                d = math.exp(log_d)
+                once, rec = sizes("n_once", d), sizes("n_rec", d)
+                return float(law_loss(coef, once, rec, r, c / sizes("flops", d)))
+
+            lo, hi = math.log(width_range[0]), math.log(width_range[1])
+            res = minimize_scalar(loss_at, bounds=(lo, hi), method="bounded", options={"xatol": 1e-10})
+            d = math.exp(res.x)
+            once, rec = float(sizes("n_once", d)), float(sizes("n_rec", d))
+            rows.append(
+                {
+                    "budget": c,
+                    "width": d,
+                    "n": float(sizes("n", d)),
+                    "n_eff": once + rec if phi is None else float(n_eff(once, rec, r, phi)),
+                    "tokens": c / float(sizes("flops", d)),
+                    "loss": float(res.fun),
+                    "at_edge": bool(min(res.x - lo, hi - res.x) < 1e-3),
+                }
+            )
+        entry: dict = {"rows": rows}
+        if len(budgets) >= 2:
+            log_c = np.log(budgets)
+            entry["a_N"] = float(np.polyfit(log_c, np.log([row["n"] for row in rows]), 1)[0])
+            entry["a_D"] = float(np.polyfit(log_c, np.log([row["tokens"] for row in rows]), 1)[0])
+        frontier[str(r)] = entry
+    if "1" in frontier:
+        base = {row["budget"]: row["loss"] for row in frontier["1"]["rows"]}
+        for entry in frontier.values():
+            entry["gap_to_r1"] = [row["loss"] - base[row["budget"]] for row in entry["rows"]]
+    return {"split": split, "budgets": budgets, "per_r": frontier}
+
+
+def parabola_minima(table: RunTable) -> list[dict]:
+    """Empirical iso-FLOP minima (spec §8.7, §9.5): per (budget, r) cell, a least-squares parabola of loss
+    in log N (N = unique parameters) through the cell's runs and its vertex (N*, L*).
+
+    Cells with fewer than 3 distinct N, or whose parabola opens downwards, get ``n_star`` None and a
+    ``note``. ``inside`` says whether N* lies within the cell's range of N.
+    """
+    if not table.has_budget:
+        return []
+    out = []
+    for c, r in sorted({(float(b), int(k)) for b, k in zip(table.budget, table.r)}):
+        mask = (table.budget == c) & (table.r == r)
+        log_n, loss = np.log(table.n[mask]), table.loss[mask]
+        row: dict = {"budget": c, "r": r, "n_runs": int(mask.sum()), "n_star": None, "loss_star": None}
+        if len(set(log_n.tolist())) < 3:
+            row["note"] = "fewer than 3 distinct sizes"
+        else:
+            c2, c1, c0 = np.polyfit(log_n, loss, 2)
+            if c2 <= 0:
+                row["note"] = "parabola opens downwards (no minimum)"
+            else:
+                x_star = -c1 / (2 * c2)
+                row.update(
+                    n_star=float(math.exp(x_star)),
+                    loss_star=float(c0 - c1 * c1 / (4 * c2)),
+                    inside=bool(log_n.min() <= x_star <= log_n.max()),
+                )
+        out.append(row)
+    return out
+
+
+def cell_gaps(minima: list[dict]) -> list[dict]:
+    """L*(r) − L*(r = 1) (nats) per budget from per-cell minima rows {budget, r, loss_star}."""
+    base = {m["budget"]: m["loss_star"] for m in minima if m["r"] == 1 and m["loss_star"] is not None}
+    return [
+        {"budget": m["budget"], "r": m["r"], "gap": m["loss_star"] - base[m["budget"]]}
+        for m in minima
+        if m["r"] != 1 and m["loss_star"] is not None and m["budget"] in base
+    ]

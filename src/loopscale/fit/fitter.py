@@ -1,0 +1,446 @@
+"""Best-of-N-random-starts minimisation of the summed Huber objective (spec §8.3, §8.8).
+
+The protocol is the paper's: start points drawn uniformly inside the box, a quasi-Newton descent from each,
+the best end point kept, converged to tight tolerances. Two stages make it fast without changing the answer:
+
+1. **Batched projected BFGS.** All start points (of one fit, or of many bootstrap resamples at once) descend
+   together: one NumPy evaluation of the objective and its analytic gradient serves every start, each start
+   keeps its own 6×6 inverse-Hessian approximation, bound constraints are handled by projection (variables at
+   a bound with an outward gradient are frozen for that step), and a backtracking Armijo line search runs on
+   the starts that still need it. A start stops when its relative decrease stays below ``BATCH_FTOL`` for two
+   steps, its projected gradient vanishes, or its line search fails.
+2. **Polish.** The best few distinct end points of each fit are refined with SciPy's L-BFGS-B at
+   ftol = 1e-15, gtol = 1e-12 (the tight tolerances spec §8.8 calls for; the defaults stop early because the
+   objective is O(1e-5)). The best polished point is the fit; its projected-gradient norm is reported.
+
+``benchmarks/fit_speed.py`` and ``tests/fit/test_fitter.py`` check that the optimum equals the one a plain
+loop of SciPy L-BFGS-B runs from the same start points reaches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.optimize import minimize
+
+from loopscale.errors import UserError
+from loopscale.fit.law import (
+    LOWER,
+    PARAMS,
+    PHI,
+    UPPER,
+    Design,
+    law_loss,
+    objective_and_gradient,
+    theta_to_coefficients,
+)
+from loopscale.fit.table import RunTable
+
+BATCH_FTOL = 1e-10  # relative decrease per step below which a batched start counts as converged
+BATCH_MAX_ITER = 300  # first stage; unfinished starts are still ranked and may be refined
+POLISH_FTOL = 1e-15
+POLISH_GTOL = 1e-12
+POLISH_MAX_ITER = 10_000  # spec §8.3: at most 10,000 iterations per restart
+CHUNK_ELEMENTS = 2_000_000  # starts × runs evaluated per NumPy pass (bounds memory to a few hundred MB)
+
+
+@dataclass(frozen=True)
+class Box:
+    """Which of the six parameters are free; fixed ones sit at ``fixed_values``."""
+
+    free: np.ndarray  # bool [6]
+    fixed_values: np.ndarray  # [6], used where ~free
+
+    @classmethod
+    def for_form(cls, fix_phi: float | None, plain: bool = False) -> Box:
+        free = np.ones(len(PARAMS), dtype=bool)
+        values = np.zeros(len(PARAMS))
+        if plain or fix_phi is not None:
+            free[PARAMS.index("phi")] = False
+            values[PARAMS.index("phi")] = 0.0 if fix_phi is None else fix_phi
+        return cls(free=free, fixed_values=values)
+
+    def starts(self, rng: np.random.Generator, count: int) -> np.ndarray:
+        """``count`` start points uniform in the box (fixed parameters at their values) → [count, 6]."""
+        x = LOWER + (UPPER - LOWER) * rng.random((count, len(PARAMS)))
+        x[:, ~self.free] = self.fixed_values[~self.free]
+        return x
+
+
+def held_fixed(x: np.ndarray, grad: np.ndarray, free: np.ndarray) -> np.ndarray:
+    """Parameters that cannot move: fixed ones and those at a bound with an outward descent direction."""
+    return ~free | ((x <= LOWER) & (grad > 0)) | ((x >= UPPER) & (grad < 0))
+
+
+def projected_gradient(x: np.ndarray, grad: np.ndarray, free: np.ndarray) -> np.ndarray:
+    """Gradient with the parameters ``held_fixed`` set to 0."""
+    return np.where(held_fixed(x, grad, free), 0.0, grad)
+
+
+def _weights_for(weights: np.ndarray | None, rows: np.ndarray) -> np.ndarray | None:
+    if weights is None or weights.ndim == 1:
+        return weights
+    return weights[rows]
+
+
+def minimise_batch(
+    design: Design,
+    x0: np.ndarray,
+    free: np.ndarray,
+    weights: np.ndarray | None = None,
+    max_iter: int = BATCH_MAX_ITER,
+    ftol: float = BATCH_FTOL,
+    f_scale: float = 0.0,
+    gtol: float = 0.0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Run projected BFGS from every row of ``x0`` [K, 6] at once → (end points [K, 6], objectives [K]).
+
+    ``weights``: None, [n] shared, or [K, n] per start (bootstrap resamples). A start stops when its decrease
+    is ≤ ``ftol``·max(|f|, ``f_scale``) on two consecutive steps (f_scale = 1 is L-BFGS-B's rule), the ∞-norm
+    of its projected gradient is ≤ ``gtol``, its line search finds no strict decrease, or after ``max_iter``
+    steps.
+    """
+    x = x0.copy()
+    k, p = x.shape
+    f, g = objective_and_gradient(x, design, _weights_for(weights, np.arange(k)))
+    eye = np.eye(p)
+    inv_hess = np.broadcast_to(eye, (k, p, p)).copy()
+    fresh = np.ones(k, dtype=bool)  # inverse Hessian is still the identity
+    small_steps = np.zeros(k, dtype=int)
+    active = np.arange(k)
+    for _ in range(max_iter):
+        if active.size == 0:
+            break
+        xa, fa, ga = x[active], f[active], g[active]
+        keep = ~held_fixed(xa, ga, free)
+        pg = np.where(keep, ga, 0.0)
+        h = inv_hess[active] * keep[:, :, None] * keep[:, None, :]
+        d = -np.einsum("kij,kj->ki", h, ga)
+        not_descent = (d * ga).sum(axis=1) >= 0
+        if not_descent.any():
+            d[not_descent] = -pg[not_descent]
+            inv_hess[active[not_descent]] = eye
+            fresh[active[not_descent]] = True
+        is_fresh = fresh[active]
+        if is_fresh.any():  # steepest-descent step: scale it to move at most one unit in any parameter
+            scale = np.maximum(np.abs(d[is_fresh]).max(axis=1), 1e-300)
+            d[is_fresh] /= scale[:, None]
+        # Backtracking Armijo line search on the projected path, only for the starts still searching.
+        step = np.ones(active.size)
+        x_new, f_new, g_new = xa.copy(), fa.copy(), ga.copy()
+        accepted = np.zeros(active.size, dtype=bool)
+        pending = np.arange(active.size)
+        for _ls in range(40):
+            cand = np.clip(xa[pending] + step[pending, None] * d[pending], LOWER, UPPER)
+            fc, gc = objective_and_gradient(cand, design, _weights_for(weights, active[pending]))
+            decrease = (ga[pending] * (cand - xa[pending])).sum(axis=1)
+            ok = (fc <= fa[pending] + 1e-4 * decrease) & (fc < fa[pending])
+            took = pending[ok]
+            x_new[took], f_new[took], g_new[took] = cand[ok], fc[ok], gc[ok]
+            accepted[took] = True
+            pending = pending[~ok]
+            if pending.size == 0:
+                break
+            step[pending] *= 0.2
+        s = x_new - xa
+        y = g_new - ga
+        sy = (s * y).sum(axis=1)
+        yy = (y * y).sum(axis=1)
+        update = accepted & (sy > 1e-12 * np.sqrt((s * s).sum(axis=1) * yy))
+        if update.any():
+            rows = active[update]
+            su, yu, rho = s[update], y[update], 1.0 / sy[update]
+            h0 = inv_hess[rows]
+            was_fresh = fresh[rows]
+            h0[was_fresh] = eye * (sy[update][was_fresh] / yy[update][was_fresh])[:, None, None]
+            v = eye - rho[:, None, None] * su[:, :, None] * yu[:, None, :]
+            inv_hess[rows] = (
+                v @ h0 @ v.transpose(0, 2, 1) + rho[:, None, None] * su[:, :, None] * su[:, None, :]
+            )
+            fresh[rows] = False
+        small = (fa - f_new) <= ftol * np.maximum(np.abs(f_new), f_scale)
+        small_steps[active] = np.where(small, small_steps[active] + 1, 0)
+        x[active], f[active], g[active] = x_new, f_new, g_new
+        converged = np.abs(projected_gradient(x_new, g_new, free)).max(axis=1) <= gtol
+        done = ~accepted | (small_steps[active] >= 2) | converged
+        active = active[~done]
+    return x, f
+
+
+def polish(
+    design: Design,
+    x0: np.ndarray,
+    free: np.ndarray,
+    weights: np.ndarray | None = None,
+) -> tuple[np.ndarray, float]:
+    """Refine one point with SciPy L-BFGS-B at ftol = 1e-15, gtol = 1e-12 → (θ [6], objective)."""
+    base = x0.copy()
+    w = None if weights is None else weights[None, :]
+
+    def fun(z: np.ndarray) -> tuple[float, np.ndarray]:
+        base[free] = z
+        f, g = objective_and_gradient(base[None, :], design, w)
+        return float(f[0]), g[0, free]
+
+    res = minimize(
+        fun,
+        x0[free],
+        jac=True,
+        method="L-BFGS-B",
+        bounds=list(zip(LOWER[free], UPPER[free])),
+        options={
+            "ftol": POLISH_FTOL,
+            "gtol": POLISH_GTOL,
+            "maxiter": POLISH_MAX_ITER,
+            "maxfun": 4 * POLISH_MAX_ITER,
+        },
+    )
+    theta = x0.copy()
+    theta[free] = res.x
+    f, _ = objective_and_gradient(theta[None, :], design, w)
+    return theta, float(f[0])
+
+
+@dataclass(frozen=True)
+class Optimum:
+    """The best point of one fit and how it was reached."""
+
+    theta: np.ndarray  # [6] in PARAMS order
+    objective: float  # summed Huber loss at theta
+    grad_norm: float  # ∞-norm of the projected gradient at theta
+    starts_at_optimum: int  # start points whose first-stage end point is within 1e-6 (relative) of it
+
+
+def fit_many(
+    design: Design,
+    box: Box,
+    weights: np.ndarray | None,
+    restarts: int,
+    rng: np.random.Generator,
+    extra_starts: np.ndarray | None = None,
+    polish_top: int = 3,
+    scipy_polish: bool = True,
+) -> list[Optimum]:
+    """Fit one weight vector per row of ``weights`` [R, n] (None: one unweighted fit) → R optima.
+
+    Each fit starts from ``restarts`` fresh uniform start points plus ``extra_starts`` [m, 6] (e.g. the
+    full-data optimum as a warm start for bootstrap refits). Stage 1 descends from all of them in batches;
+    the best ``polish_top`` distinct end points of each fit are then refined together by the same batched
+    BFGS at a relative tolerance of 1e-15, and (``scipy_polish``) the best one again by SciPy L-BFGS-B at
+    ftol = 1e-15, gtol = 1e-12, keeping whichever is lower.
+    """
+    w_rows = np.ones((1, len(design))) if weights is None else np.atleast_2d(np.asarray(weights, float))
+    n_fits = w_rows.shape[0]
+    extra = np.empty((0, len(PARAMS))) if extra_starts is None else np.atleast_2d(extra_starts)
+    per_fit = restarts + len(extra)
+    if per_fit < 1:
+        raise UserError("a fit needs at least one start point")
+    fits_per_chunk = max(1, CHUNK_ELEMENTS // (per_fit * len(design)))
+    cand_x, cand_owner, first_values = [], [], []
+    for lo in range(0, n_fits, fits_per_chunk):
+        chunk = w_rows[lo : lo + fits_per_chunk]
+        starts = np.concatenate([np.concatenate([box.starts(rng, restarts), extra]) for _ in chunk])
+        ends, values = minimise_batch(design, starts, box.free, np.repeat(chunk, per_fit, axis=0))
+        for i in range(len(chunk)):
+            sl = slice(i * per_fit, (i + 1) * per_fit)
+            first_values.append(values[sl])
+            for x in _distinct_best(ends[sl], values[sl], polish_top):
+                cand_x.append(x)
+                cand_owner.append(lo + i)
+    owner = np.array(cand_owner)
+    px, pf = minimise_batch(
+        design,
+        np.array(cand_x),
+        box.free,
+        w_rows[owner],
+        max_iter=POLISH_MAX_ITER,
+        ftol=POLISH_FTOL,
+        f_scale=1.0,
+        gtol=POLISH_GTOL,
+    )
+    results = []
+    for fit in range(n_fits):
+        mine = np.flatnonzero(owner == fit)
+        best = mine[np.argmin(pf[mine])]
+        theta, objective = px[best], float(pf[best])
+        if scipy_polish:
+            s_theta, s_objective = polish(design, theta, box.free, w_rows[fit])
+            if s_objective <= objective:
+                theta, objective = s_theta, s_objective
+        _, g = objective_and_gradient(theta[None, :], design, w_rows[fit][None, :])
+        grad_norm = float(np.abs(projected_gradient(theta, g[0], box.free)).max())
+        at_opt = int((first_values[fit] <= objective * (1 + 1e-6) + 1e-12).sum())
+        results.append(
+            Optimum(theta=theta, objective=objective, grad_norm=grad_norm, starts_at_optimum=at_opt)
+        )
+    return results
+
+
+def _distinct_best(ends: np.ndarray, values: np.ndarray, count: int) -> list[np.ndarray]:
+    """The ``count`` lowest end points that differ from each other by more than 1e-6 in some parameter."""
+    chosen: list[np.ndarray] = []
+    for idx in np.argsort(values):
+        if all(np.abs(ends[idx] - c).max() > 1e-6 for c in chosen):
+            chosen.append(ends[idx])
+            if len(chosen) == count:
+                break
+    return chosen
+
+
+MIN_RUNS = 6
+
+
+@dataclass(frozen=True)
+class LawFit:
+    """One fitted law: coefficients, the objective it reached and how well it fits (losses in nats)."""
+
+    form: str  # "joint" (φ free), "fixed_phi" or "chinchilla" (plain law, N = N_once + N_rec)
+    theta: np.ndarray  # (a, b, e, alpha, beta, phi); phi is meaningless for "chinchilla"
+    objective: float  # summed Huber loss (δ = 1e-3) of log-loss residuals
+    grad_norm: float  # ∞-norm of the projected gradient at the optimum
+    r2: float  # on raw losses in nats
+    n_runs: int
+    restarts: int
+    starts_at_optimum: int
+
+    @property
+    def coefficients(self) -> dict[str, float]:
+        """{E, A, B, alpha, beta[, phi], a, b, e}; phi only for the joint forms."""
+        coef = theta_to_coefficients(self.theta)
+        if self.form == "chinchilla":
+            del coef["phi"]
+        return coef
+
+    @property
+    def E(self) -> float:  # noqa: N802 - the law's name for it
+        return float(np.exp(self.theta[2]))
+
+    @property
+    def A(self) -> float:  # noqa: N802
+        return float(np.exp(self.theta[0]))
+
+    @property
+    def B(self) -> float:  # noqa: N802
+        return float(np.exp(self.theta[1]))
+
+    @property
+    def alpha(self) -> float:
+        return float(self.theta[3])
+
+    @property
+    def beta(self) -> float:
+        return float(self.theta[4])
+
+    @property
+    def phi(self) -> float | None:
+        """φ, or None for the plain Chinchilla law."""
+        return None if self.form == "chinchilla" else float(self.theta[PHI])
+
+    def predict(self, n_once, n_rec, r, tokens) -> np.ndarray:
+        """Predicted loss in nats for runs with these sizes (parameters), loop counts and tokens."""
+        return law_loss(self.coefficients, n_once, n_rec, r, tokens)
+
+    def predict_table(self, table: RunTable) -> np.ndarray:
+        return self.predict(table.n_once, table.n_rec, table.r, table.tokens)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "form": self.form,
+            **self.coefficients,
+            "objective": self.objective,
+            "grad_norm": self.grad_norm,
+            "r2": self.r2,
+            "n_runs": self.n_runs,
+            "restarts": self.restarts,
+            "starts_at_optimum": self.starts_at_optimum,
+        }
+
+
+def design_for(table: RunTable, plain: bool) -> Design:
+    """The objective's view of ``table``; ``plain`` folds N_rec into N (Chinchilla law, r ignored)."""
+    if plain:
+        return Design.build(table.n, np.zeros(len(table)), np.ones(len(table)), table.tokens, table.loss)
+    return Design.build(table.n_once, table.n_rec, table.r, table.tokens, table.loss)
+
+
+def check_identifiable(table: RunTable, form: str, fix_phi: float | None) -> None:
+    """Refuse fits whose parameters the table cannot determine (one-line UserError)."""
+    n_free = 5 if form == "chinchilla" or fix_phi is not None else 6
+    need = max(MIN_RUNS, n_free + 1)
+    if len(table) < need:
+        raise UserError(f"only {len(table)} usable run(s); the {form} law needs at least {need}")
+    rs = sorted(set(table.r.tolist()))
+    if form == "chinchilla" and len(rs) > 1:
+        raise UserError(
+            f"the plain Chinchilla law is for one architecture but the table has r = {rs}; "
+            "use the joint law (it also reports per-r fits) or filter the table to one r"
+        )
+    if form == "joint" and fix_phi is None and (len(rs) < 2 or not np.any(table.n_rec[table.r > 1] > 0)):
+        raise UserError(
+            f"phi is unidentifiable: every run has r = {rs[0]}; add runs with other loop counts "
+            "or fit the plain Chinchilla law (--law chinchilla)"
+        )
+    if table.has_budget:
+        if len(set(table.budget.tolist())) < 2:
+            raise UserError(
+                f"beta is unidentifiable: all runs share one budget ({table.budget[0]:.3g} FLOPs); "
+                "add runs at other budgets"
+            )
+    else:
+        log_n, log_d = np.log(table.n), np.log(table.tokens)
+        design = np.column_stack([np.ones(len(table)), log_n])
+        resid = log_d - design @ np.linalg.lstsq(design, log_d, rcond=None)[0]
+        if np.abs(resid).max() < 1e-9 * max(1.0, np.abs(log_d).max()):
+            raise UserError(
+                "beta is unidentifiable: tokens are a fixed power of N (all runs at one compute "
+                "budget); add runs at other budgets"
+            )
+
+
+def r_squared(observed: np.ndarray, predicted: np.ndarray) -> float:
+    """R² = 1 − Σ(L − L̂)²/Σ(L − L̄)² on raw losses (nats)."""
+    ss_res = float(np.sum((observed - predicted) ** 2))
+    ss_tot = float(np.sum((observed - observed.mean()) ** 2))
+    return 1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan")
+
+
+def fit_law(
+    table: RunTable,
+    *,
+    form: str = "joint",
+    fix_phi: float | None = None,
+    restarts: int = 500,
+    seed: int = 0,
+) -> LawFit:
+    """Fit the joint law (φ free, or fixed at ``fix_phi``) or the plain law (``form="chinchilla"``).
+
+    Best of ``restarts`` seeded uniform start points in the box of spec §8.3, polished to tight tolerances.
+    """
+    if form not in ("joint", "chinchilla"):
+        raise UserError(f"unknown law {form!r}; use 'joint' or 'chinchilla'")
+    if restarts < 1:
+        raise UserError(f"restarts must be >= 1, got {restarts}")
+    if form == "chinchilla" and fix_phi is not None:
+        raise UserError("the plain Chinchilla law has no phi to fix; use the joint law with --fix-phi")
+    if fix_phi is not None and not LOWER[PHI] <= fix_phi <= UPPER[PHI]:
+        raise UserError(f"fixed phi must lie in [{LOWER[PHI]:g}, {UPPER[PHI]:g}], got {fix_phi}")
+    check_identifiable(table, form, fix_phi)
+    plain = form == "chinchilla"
+    box = Box.for_form(fix_phi, plain=plain)
+    opt = fit_many(design_for(table, plain), box, None, restarts, np.random.default_rng(seed))[0]
+    name = "chinchilla" if plain else ("joint" if fix_phi is None else "fixed_phi")
+    law_fit = LawFit(
+        form=name,
+        theta=opt.theta,
+        objective=opt.objective,
+        grad_norm=opt.grad_norm,
+        r2=math.nan,
+        n_runs=len(table),
+        restarts=restarts,
+        starts_at_optimum=opt.starts_at_optimum,
+    )
+    return dataclasses.replace(law_fit, r2=r_squared(table.loss, law_fit.predict_table(table)))

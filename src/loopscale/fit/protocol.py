@@ -1,0 +1,257 @@
+"""The whole fitting protocol of spec §8 on one results table, as one JSON-ready document.
+
+``run_protocol`` fits the requested law (joint with φ free by default), the restricted φ = 0 and φ = 1
+forms, per-r Chinchilla fits, residual statistics, the cell block bootstrap with percentile CIs for every
+coefficient, refits on the lower and upper halves of the budgets, and the derived analyses (worth of a loop,
+compute-optimal frontier per r, empirical iso-FLOP minima per cell). Parts the table cannot support (one
+budget per half, no budgets, no widths for a FLOPs model) are left out with a note in ``notes``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from loopscale.config import ModelConfig
+from loopscale.errors import UserError
+from loopscale.fit.analyses import (
+    cell_gaps,
+    compute_optimal,
+    loop_worth,
+    paper_template,
+    parabola_minima,
+    residual_stats,
+)
+from loopscale.fit.bootstrap import BOOTSTRAP_RESTARTS, bootstrap_fit
+from loopscale.fit.fitter import LawFit, fit_law
+from loopscale.fit.table import RunTable
+
+TOP_KEYS = ("E", "A", "B", "alpha", "beta", "phi")
+
+
+@dataclass
+class Protocol:
+    """Everything ``run_protocol`` computed; ``to_dict()`` is the ``loopscale fit --json`` document."""
+
+    fit: LawFit  # the requested law; its bootstrap gives ``ci``
+    forms: dict[str, LawFit]  # every joint form fitted: "joint", "phi=0", "phi=1", "phi=<x>"
+    per_r: dict[str, LawFit]  # plain Chinchilla law per loop count
+    residuals: dict
+    bootstrap: dict | None
+    budget_halves: dict[str, LawFit]
+    loop_worth: list[dict]
+    compute_optimal: dict | None  # frontier of the fitted law, per r
+    compute_optimal_per_r_law: dict | None  # each r's frontier from its own per-r Chinchilla fit (§8.7)
+    cell_minima: list[dict]
+    table_summary: dict
+    settings: dict
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ci(self) -> dict[str, list[float]]:
+        return {} if self.bootstrap is None else self.bootstrap["ci"]
+
+    def to_dict(self) -> dict:
+        ci = {k: v for k, v in self.ci.items() if k in TOP_KEYS}
+        boot = None
+        if self.bootstrap is not None:
+            boot = {k: v for k, v in self.bootstrap.items() if k != "samples"}
+            boot["samples"] = {k: v.tolist() for k, v in self.bootstrap["samples"].items()}
+        return {
+            "fit": self.fit.to_dict(),
+            "ci": ci,
+            "forms": {k: v.to_dict() for k, v in self.forms.items()},
+            "per_r": {k: v.to_dict() for k, v in self.per_r.items()},
+            "residuals": self.residuals,
+            "bootstrap": boot,
+            "budget_halves": {k: v.to_dict() for k, v in self.budget_halves.items()},
+            "loop_worth": self.loop_worth,
+            "compute_optimal": self.compute_optimal,
+            "compute_optimal_per_r_law": self.compute_optimal_per_r_law,
+            "cell_minima": self.cell_minima,
+            "cell_gaps": cell_gaps(self.cell_minima),
+            "table": self.table_summary,
+            "settings": self.settings,
+            "notes": self.notes,
+        }
+
+    def format(self) -> str:
+        """A readable text report: every form, the CIs, residuals per r, budget halves, frontier."""
+        lines = [
+            f"{len(self.fit_rows())} fits on {self.table_summary['n_runs']} runs "
+            f"(r = {self.table_summary['r']}, {len(self.table_summary['budgets'])} budgets); "
+            f"losses in nats, objective = summed Huber(δ=1e-3) on log loss"
+        ]
+        header = (
+            f"{'form':<16}{'E':>8}{'A':>11}{'B':>11}{'alpha':>8}{'beta':>8}{'phi':>8}"
+            f"{'objective':>12}{'R2':>8}{'|grad|':>10}"
+        )
+        lines += ["", header, "-" * len(header)]
+        for name, f in self.fit_rows():
+            phi = "" if f.phi is None else f"{f.phi:8.4f}"
+            lines.append(
+                f"{name:<16}{f.E:8.4f}{f.A:11.4g}{f.B:11.4g}{f.alpha:8.4f}{f.beta:8.4f}{phi:>8}"
+                f"{f.objective:12.4e}{f.r2:8.4f}{f.grad_norm:10.1e}"
+            )
+        if self.ci:
+            b = self.bootstrap
+            lines += [
+                "",
+                f"{100 * b['level']:.0f}% block-bootstrap CIs ({b['resamples']} resamples of "
+                f"{b['cells']} cells, percentile):",
+            ]
+            lines += [f"  {k:<6} [{lo:.4g}, {hi:.4g}]" for k, (lo, hi) in self.ci.items() if k in TOP_KEYS]
+        lines += [
+            "",
+            "residuals of the fit (observed - predicted, nats):",
+            f"  {'r':<8}{'n':>4}{'mean':>9}{'max|res|':>10}{'RMSE':>8}",
+        ]
+        for key, s in [("all", self.residuals["overall"]), *self.residuals["per_r"].items()]:
+            lines.append(f"  {key:<8}{s['n']:>4}{s['mean']:>+9.4f}{s['max_abs']:>10.4f}{s['rmse']:>8.4f}")
+        if self.loop_worth:
+            lines += [
+                "",
+                "worth of r loops (r^phi unique blocks): "
+                + ", ".join(
+                    f"r={w['r']}: {w['worth']:.3f} ({100 * w['fraction']:.0f}%)" for w in self.loop_worth
+                ),
+            ]
+        if self.compute_optimal:
+            lines += ["", "compute-optimal frontier (fitted law, exact FLOPs over continuous width):"]
+            for r, e in self.compute_optimal["per_r"].items():
+                gaps = e.get("gap_to_r1")
+                gap = f", gap to r=1 {min(gaps):+.3f}..{max(gaps):+.3f}" if gaps and r != "1" else ""
+                exps = f"a_N {e['a_N']:.3f}, a_D {e['a_D']:.3f}" if "a_N" in e else ""
+                own = (self.compute_optimal_per_r_law or {}).get(r, {})
+                if "a_N" in own:
+                    exps += f" (own per-r law: a_N {own['a_N']:.3f}, a_D {own['a_D']:.3f})"
+                lines.append(f"  r={r}: {exps}{gap}")
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def fit_rows(self) -> list[tuple[str, LawFit]]:
+        rows = [(name, f) for name, f in self.forms.items()]
+        if self.fit.form == "chinchilla":
+            rows = [("chinchilla", self.fit)]
+        rows += [(f"r={k} chinchilla", f) for k, f in self.per_r.items()]
+        rows += [(f"{k} half", f) for k, f in self.budget_halves.items()]
+        return rows
+
+
+def run_protocol(
+    table: RunTable,
+    *,
+    law: str = "joint",
+    fix_phi: float | None = None,
+    restarts: int = 500,
+    bootstrap: int = 200,
+    bootstrap_restarts: int = BOOTSTRAP_RESTARTS,
+    seed: int = 0,
+    flops_model: ModelConfig | None = None,
+    split: str = "paper",
+    restricted_phis: tuple[float, ...] = (0.0, 1.0),
+) -> Protocol:
+    """Run the spec §8 protocol on ``table`` (see the module docstring); ``bootstrap=0`` skips the bootstrap.
+
+    ``flops_model`` is the architecture template (everything but width and r) used to turn width into
+    N and FLOPs per token for the compute-optimal frontier; None uses the paper's template when the table
+    has widths. ``split`` "ls" refits with the project page's least-squares N_once/N_rec split (spec §3.4).
+    """
+    if split not in ("paper", "ls"):
+        raise UserError(f"unknown split {split!r}; use 'paper' or 'ls'")
+    notes: list[str] = []
+    template = flops_model or paper_template()
+    if split == "ls":
+        table = table.with_ls_split(template)
+    main = fit_law(table, form=law, fix_phi=fix_phi, restarts=restarts, seed=seed)
+    forms: dict[str, LawFit] = {}
+    if law == "joint":
+        forms["joint"] = main if fix_phi is None else fit_law(table, restarts=restarts, seed=seed)
+        for phi in sorted(set(restricted_phis) | ({fix_phi} if fix_phi is not None else set())):
+            key = f"phi={phi:g}"
+            forms[key] = main if phi == fix_phi else fit_law(table, fix_phi=phi, restarts=restarts, seed=seed)
+    per_r: dict[str, LawFit] = {}
+    rs = sorted(set(table.r.tolist()))
+    if law == "joint":
+        for r in rs:
+            try:
+                per_r[str(r)] = fit_law(
+                    table.subset(table.r == r), form="chinchilla", restarts=restarts, seed=seed
+                )
+            except UserError as exc:
+                notes.append(f"no per-r fit for r={r}: {exc}")
+    boot = None
+    if bootstrap:
+        boot = bootstrap_fit(main, table, resamples=bootstrap, restarts=bootstrap_restarts, seed=seed)
+    halves = _budget_halves(table, law, fix_phi, restarts, seed, notes)
+    phi = main.phi
+    worth = [loop_worth(r, phi) for r in rs if r > 1] if phi is not None else []
+    frontier = frontier_per_r_law = None
+    if not table.has_budget:
+        notes.append("no compute-optimal frontier or cell minima: the table has no 'budget' column")
+    elif flops_model is None and not np.all(np.isfinite(table.width)):
+        notes.append(
+            "no compute-optimal frontier: the table has no 'width' column and no FLOPs model was given"
+        )
+    else:
+        budgets = sorted(set(table.budget.tolist()))
+        try:
+            frontier = compute_optimal(main.coefficients, budgets, rs, template, split)
+            frontier_per_r_law = {
+                r: compute_optimal(f.coefficients, budgets, [int(r)], template, split)["per_r"][r]
+                for r, f in per_r.items()
+            }
+        except UserError as exc:
+            notes.append(f"no compute-optimal frontier: {exc}")
+    summary = {
+        "n_runs": len(table),
+        "r": rs,
+        "budgets": sorted(set(table.budget.tolist())) if table.has_budget else [],
+        "skipped": [{"run": run, "reason": why} for run, why in table.skipped],
+    }
+    settings = {
+        "law": law,
+        "fix_phi": fix_phi,
+        "restarts": restarts,
+        "bootstrap": bootstrap,
+        "bootstrap_restarts": bootstrap_restarts,
+        "seed": seed,
+        "split": split,
+        "huber_delta": 1e-3,
+    }
+    return Protocol(
+        fit=main,
+        forms=forms,
+        per_r=per_r,
+        residuals=residual_stats(table.loss, main.predict_table(table), table.r),
+        bootstrap=boot,
+        budget_halves=halves,
+        loop_worth=worth,
+        compute_optimal=frontier,
+        compute_optimal_per_r_law=frontier_per_r_law,
+        cell_minima=parabola_minima(table),
+        table_summary=summary,
+        settings=settings,
+        notes=notes,
+    )
+
+
+def _budget_halves(table, law, fix_phi, restarts, seed, notes) -> dict[str, LawFit]:
+    """Refits on the lower and upper halves of the sorted budgets (an odd middle budget goes to "high")."""
+    if not table.has_budget:
+        return {}
+    budgets = sorted(set(table.budget.tolist()))
+    if len(budgets) < 4:
+        notes.append(f"no budget-half refits: {len(budgets)} budget(s), each half needs at least 2")
+        return {}
+    cut = budgets[len(budgets) // 2]
+    halves = {}
+    for name, mask in (("low", table.budget < cut), ("high", table.budget >= cut)):
+        try:
+            halves[name] = fit_law(
+                table.subset(mask), form=law, fix_phi=fix_phi, restarts=restarts, seed=seed
+            )
+        except UserError as exc:
+            notes.append(f"no {name}-half refit: {exc}")
+    return halves

@@ -1,0 +1,107 @@
+"""A tiny document model rendered twice: Markdown (report.md, images linked) and self-contained HTML
+(report.html, PNG images embedded as base64 data URIs, no external files or scripts)."""
+
+from __future__ import annotations
+
+import base64
+import html
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Table:
+    header: list[str]
+    rows: list[list[str]]
+
+
+@dataclass
+class Image:
+    path: Path  # a PNG file
+    caption: str
+
+
+@dataclass
+class Pre:
+    text: str
+
+
+@dataclass
+class Section:
+    title: str
+    blocks: list = field(default_factory=list)  # str (a paragraph), Table, Image, Pre
+
+
+@dataclass
+class Document:
+    title: str
+    summary: str
+    sections: list[Section] = field(default_factory=list)
+
+    def markdown(self, base: Path) -> str:
+        """Markdown with image links relative to ``base`` (the folder report.md is written to)."""
+        out = [f"# {self.title}", "", f"**{self.summary}**", ""]
+        for section in self.sections:
+            out += [f"## {section.title}", ""]
+            for block in section.blocks:
+                if isinstance(block, str):
+                    out += [block, ""]
+                elif isinstance(block, Table):
+                    out.append("| " + " | ".join(block.header) + " |")
+                    out.append("|" + "---|" * len(block.header))
+                    out += ["| " + " | ".join(row) + " |" for row in block.rows]
+                    out.append("")
+                elif isinstance(block, Image):
+                    out += [f"![{block.caption}]({_relative(block.path, base)})", f"*{block.caption}*", ""]
+                elif isinstance(block, Pre):
+                    out += ["```", block.text.rstrip("\n"), "```", ""]
+        return "\n".join(out)
+
+    def html(self) -> str:
+        """One self-contained HTML page: every image is embedded, nothing is fetched."""
+        esc = html.escape
+        body = [f"<h1>{esc(self.title)}</h1>", f'<p class="summary">{esc(self.summary)}</p>']
+        for section in self.sections:
+            body.append(f"<h2>{esc(section.title)}</h2>")
+            for block in section.blocks:
+                if isinstance(block, str):
+                    body.append(f"<p>{_inline(block)}</p>")
+                elif isinstance(block, Table):
+                    head = "".join(f"<th>{esc(h)}</th>" for h in block.header)
+                    rows = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in block.rows)
+                    body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+                elif isinstance(block, Image):
+                    data = base64.b64encode(block.path.read_bytes()).decode("ascii")
+                    body.append(f'<figure><img alt="{esc(block.caption)}" src="data:image/png;base64,{data}">'
+                                f"<figcaption>{esc(block.caption)}</figcaption></figure>")
+                elif isinstance(block, Pre):
+                    body.append(f"<pre>{esc(block.text)}</pre>")
+        return (
+            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{esc(self.title)}</title><style>{_CSS}</style></head><body>\n"
+            + "\n".join(body)
+            + "\n</body></html>\n"
+        )
+
+
+_CSS = (
+    "body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;line-height:1.45}"
+    "table{border-collapse:collapse;margin:1rem 0}td,th{border:1px solid #bbb;padding:.25rem .6rem;"
+    "text-align:right}th{background:#f0f0f0}.summary{font-weight:bold;font-size:1.1rem}"
+    "figure{margin:1rem 0}img{max-width:100%}pre{background:#f6f6f6;padding:.6rem;overflow-x:auto}"
+)
+
+
+def _inline(text: str) -> str:
+    """Escape a paragraph and turn Markdown **bold** and `code` into HTML."""
+    parts = html.escape(text).split("**")
+    text = "".join(f"<b>{p}</b>" if i % 2 else p for i, p in enumerate(parts))
+    parts = text.split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
+def _relative(path: Path, base: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(Path(base).resolve()))
+    except ValueError:
+        return str(Path(path).resolve())

@@ -1,0 +1,104 @@
+"""Collect a sweep folder into the results table the fitter reads (CSV + parquet).
+
+One row per planned run, always: finished runs carry their final validation loss (nats); failed runs
+carry ``status = failed`` and a reason (non-finite loss, out of memory, killed, …); runs that have not
+finished carry ``status = pending`` and say whether they never started or were interrupted. There are no
+silent gaps. If ``eval.json`` exists in a run folder (``loopscale eval-sweep``), its per-axis continuation
+losses become ``axis_<name>`` columns.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+
+from loopscale.errors import UserError
+from loopscale.io import atomic_write, atomic_write_text
+from loopscale.sweep.plan import run_train_config
+from loopscale.sweep.rundir import open_sweep, read_json, run_dir, run_state
+from loopscale.train.config import OptimConfig
+
+RESULT_COLUMNS = (
+    "run", "group", "budget", "width", "r", "bptt_k", "seed", "n", "n_once", "n_rec", "flops_per_token", "steps",
+    "tokens", "loss", "status", "reason", "recipe", "wall_time_s",
+)
+EVAL_FILE = "eval.json"
+
+
+def _axis_losses(folder: Path) -> dict[str, float]:
+    """Per-axis continuation losses (nats) from eval.json: ``{"axes": {name: loss | {"loss": loss}}}``."""
+    path = folder / EVAL_FILE
+    if not path.exists():
+        return {}
+    axes = read_json(path).get("axes", {})
+    if not isinstance(axes, dict):
+        raise UserError(f"{path}: 'axes' must map axis names to losses")
+    out = {}
+    for name, value in axes.items():
+        loss = value.get("loss") if isinstance(value, dict) else value
+        out[f"axis_{name}"] = float(loss) if loss is not None else math.nan
+    return out
+
+
+def collect_rows(root: str | Path) -> list[dict]:
+    """The results table of sweep folder ``root`` as a list of row dicts (columns RESULT_COLUMNS + axis_*)."""
+    root = Path(root)
+    spec, runs = open_sweep(root)
+    rows = []
+    for run in runs:
+        state = run_state(root, run.name)
+        row = {key: value for key, value in run.row().items() if key != "total_flops"}
+        result = state.result or {}
+        for key in ("n", "n_once", "n_rec", "flops_per_token", "steps", "tokens"):
+            if result.get(key) is not None:
+                row[key] = int(result[key])
+        loss = result.get("val_loss") if state.status == "ok" else None
+        row.update(
+            loss=float(loss) if loss is not None else math.nan,
+            status=state.status,
+            reason=state.reason,
+            recipe=str((run_train_config(spec, run).get("optim") or {}).get("recipe", OptimConfig.recipe)),
+            wall_time_s=float(result["wall_time_s"]) if result.get("wall_time_s") is not None else math.nan,
+        )
+        if state.status == "ok" and not math.isfinite(row["loss"]):
+            row.update(status="failed", reason=f"result.json reports a non-finite val_loss ({loss})")
+        row.update(_axis_losses(run_dir(root, run.name)))
+        rows.append(row)
+    return rows
+
+
+def _columns(rows: list[dict]) -> list[str]:
+    axes = sorted({key for row in rows for key in row if key.startswith("axis_")})
+    return [*RESULT_COLUMNS, *axes]
+
+
+def write_results(root: str | Path, rows: list[dict], out: str | Path | None = None) -> tuple[Path, Path]:
+    """Write ``results.csv`` and ``results.parquet`` (atomically) into ``out`` (default: the sweep folder)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = Path(out) if out is not None else Path(root)
+    columns = _columns(rows)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({key: _csv_value(row.get(key, math.nan)) for key in columns})
+    csv_path = atomic_write_text(out / "results.csv", buf.getvalue())
+    table = pa.table({key: [row.get(key, math.nan) for row in rows] for key in columns})
+    parquet_path = atomic_write(out / "results.parquet", lambda tmp: pq.write_table(table, tmp))
+    return csv_path, parquet_path
+
+
+def _csv_value(value: object) -> object:
+    # repr-exact floats so a loss read back from CSV is bit-identical to the one in result.json
+    return repr(value) if isinstance(value, float) and math.isfinite(value) else value
+
+
+def collect(root: str | Path, out: str | Path | None = None) -> tuple[list[dict], Path, Path]:
+    """collect_rows + write_results: the one entry point of ``loopscale collect``."""
+    rows = collect_rows(root)
+    csv_path, parquet_path = write_results(root, rows, out)
+    return rows, csv_path, parquet_path

@@ -1,0 +1,294 @@
+"""Executors: run every unfinished run of a sweep folder, each in its own process.
+
+``execute_run`` is the one run function used by every executor (local threads and SLURM array tasks): it
+takes the run's lock, skips a finished run, starts ``loopscale train --resume`` (through torchrun when the
+sweep has ``nproc > 1``) and, when the process ends without result.json, records why in exit.json (killed,
+out of memory, crashed). Because the training run checkpoints atomically and resumes, an executor killed
+at any moment (kill -9 included) loses at most the work since the last checkpoint: rerunning the same
+command finishes the sweep.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from loopscale.errors import UserError
+from loopscale.io import atomic_write_json
+from loopscale.sweep.plan import PlannedRun, format_seconds
+from loopscale.sweep.rundir import EXIT_FILE, LOG_FILE, RESULT_FILE, RUN_CONFIG_FILE, run_dir, run_state
+
+EXIT_FAILED_RUN = 3  # `loopscale train` exit code for a run that failed (result.json has status failed)
+_OOM_MARKERS = ("out of memory", "outofmemoryerror", "cannot allocate memory", "memoryerror")
+
+
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the child must not load libraries
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGKILL when the executor dies (so a killed sweep leaves no orphan training run)."""
+    _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def train_command(root: Path, name: str, nproc: int) -> list[str]:
+    """The command line of one run: ``loopscale train --config run.yaml --out RUN_DIR --resume``."""
+    folder = run_dir(root, name)
+    args = ["train", "--config", str(folder / RUN_CONFIG_FILE), "--out", str(folder), "--resume"]
+    if nproc > 1:
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+                "-m", "loopscale", *args]
+    return [sys.executable, "-m", "loopscale", *args]
+
+
+def classify_exit(returncode: int, log_tail: str) -> str:
+    """One-line reason for a training process that ended without writing result.json."""
+    oom = any(marker in log_tail.lower() for marker in _OOM_MARKERS)
+    if returncode < 0:
+        sig = signal.Signals(-returncode).name
+        if oom or sig == "SIGKILL":
+            return f"killed by {sig}" + (" (out of memory)" if oom else " (out of memory or cancelled)")
+        return f"killed by {sig}"
+    if oom:
+        return "out of memory"
+    last = next((line.strip() for line in reversed(log_tail.splitlines()) if line.strip()), "")
+    return f"exit code {returncode}" + (f": {last[:200]}" if last else "")
+
+
+def execute_run(root: str | Path, name: str, nproc: int = 1, threads: int | None = None) -> str:
+    """Run one run to completion (or resume it); returns its final status: ok, failed, pending or busy.
+
+    ``busy``: another executor holds the run's lock (it is running right now elsewhere). ``pending``: the
+    process was stopped (executor interrupted) and the run will resume on the next attempt. ``threads``
+    sets OMP/MKL threads of the training process (CPU runs with several local workers).
+    """
+    root = Path(root)
+    folder = run_dir(root, name)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return "busy"
+        if (folder / RESULT_FILE).exists():
+            return run_state(root, name).status
+        (folder / EXIT_FILE).unlink(missing_ok=True)
+        env = dict(os.environ)
+        if threads is not None:
+            env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+        log_path = folder / LOG_FILE
+        with open(log_path, "a") as log:
+            log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(train_command(root, name, nproc))}\n")
+            log.flush()
+            proc = subprocess.Popen(train_command(root, name, nproc), stdout=log, stderr=subprocess.STDOUT,
+                                    env=env, preexec_fn=_die_with_parent)
+            returncode = proc.wait()
+        if (folder / RESULT_FILE).exists():
+            return run_state(root, name).status
+        if returncode == -signal.SIGTERM or returncode == -signal.SIGINT or _stopping.is_set():
+            return "pending"  # stopped on purpose (sweep interrupted, job preempted): resume later
+        with open(log_path, errors="replace") as fh:
+            fh.seek(max(0, log_path.stat().st_size - 4000))
+            tail = fh.read()
+        reason = classify_exit(returncode, tail)
+        atomic_write_json(folder / EXIT_FILE, {"status": "failed", "reason": reason, "returncode": returncode})
+        return "failed"
+
+
+_stopping = threading.Event()  # set when the local executor is interrupted
+
+
+# ---------------------------------------------------------------------------------------------- progress
+
+
+@dataclass
+class Progress:
+    """Whole-sweep progress: runs done / total, failures, the runs in flight and an ETA.
+
+    The ETA divides the training FLOPs still to run by the FLOP rate measured on the runs finished in this
+    invocation (so it includes process start and evaluation overheads).
+    """
+
+    total: int
+    stream: TextIO = sys.stderr
+    done: int = 0
+    failed: int = 0
+    skipped_flops: int = 0
+    remaining_flops: int = 0
+    finished_flops: int = 0
+    running: list[str] = field(default_factory=list)
+    start: float = field(default_factory=time.monotonic)
+
+    def eta(self) -> str:
+        elapsed = time.monotonic() - self.start
+        if self.finished_flops == 0 or elapsed <= 0:
+            return "ETA after the first run"
+        return f"ETA {format_seconds(self.remaining_flops / (self.finished_flops / elapsed))}"
+
+    def show(self, event: str) -> None:
+        elapsed = format_seconds(time.monotonic() - self.start)
+        current = ", ".join(self.running) if self.running else "-"
+        failed = f", {self.failed} failed" if self.failed else ""
+        print(f"[sweep {self.done}/{self.total} done{failed}] {event} | running: {current} | elapsed {elapsed}, "
+              f"{self.eta()}", file=self.stream, flush=True)
+
+
+def _start(root: Path, runs: list[PlannedRun], stream: TextIO) -> tuple[dict[str, str], list[PlannedRun], Progress]:
+    """Statuses now, the runs to (re)run — every run without result.json, including runs whose process was
+    killed or crashed (they resume from their checkpoint) — and a Progress counting the finished ones."""
+    states = {run.name: run_state(root, run.name) for run in runs}
+    todo = [run for run in runs if states[run.name].result is None]
+    progress = Progress(total=len(runs), stream=stream)
+    progress.done = len(runs) - len(todo)
+    progress.failed = sum(1 for s in states.values() if s.result is not None and s.status == "failed")
+    progress.remaining_flops = sum(run.total_flops for run in todo)
+    return {name: state.status for name, state in states.items()}, todo, progress
+
+
+def _event(root: Path, name: str, status: str) -> str:
+    if status == "failed":
+        return f"failed {name} ({run_state(root, name).reason})"
+    if status == "pending":
+        return f"stopped {name} (resumes on the next call)"
+    return f"{status} {name}"
+
+
+# ---------------------------------------------------------------------------------------------- local
+
+
+def run_local(root: Path, runs: list[PlannedRun], *, workers: int = 1, nproc: int = 1,
+              threads: int | None = None, stream: TextIO = sys.stderr) -> dict[str, str]:
+    """Run every unfinished run with ``workers`` concurrent processes; returns {run name: final status}.
+
+    Finished runs (result.json present) are skipped; interrupted, killed or crashed ones are retried and
+    resume from their checkpoint.
+    """
+    if workers < 1:
+        raise UserError(f"--workers must be >= 1, got {workers}")
+    statuses, todo, progress = _start(root, runs, stream)
+    progress.show(f"{progress.done} finished before, {len(todo)} to run with {workers} worker(s)")
+    _stopping.clear()
+    pool = ThreadPoolExecutor(max_workers=workers)
+    futures = {}
+    queue = list(todo)
+    try:
+        while queue or futures:
+            while queue and len(futures) < workers:
+                run = queue.pop(0)
+                futures[pool.submit(execute_run, root, run.name, nproc, threads)] = run
+                progress.running.append(run.name)
+                progress.show(f"start {run.name}")
+            finished, _ = wait(futures, return_when=FIRST_COMPLETED)
+            for future in finished:
+                run = futures.pop(future)
+                status = future.result()
+                statuses[run.name] = status
+                progress.running.remove(run.name)
+                progress.remaining_flops -= run.total_flops
+                if status in ("ok", "failed"):
+                    progress.done += 1
+                    progress.finished_flops += run.total_flops
+                progress.failed += status == "failed"
+                progress.show(_event(root, run.name, status))
+    except BaseException:
+        _stopping.set()  # children die with us (PDEATHSIG); their runs stay resumable
+        raise
+    finally:
+        pool.shutdown(wait=not _stopping.is_set(), cancel_futures=True)
+    return statuses
+
+
+# ---------------------------------------------------------------------------------------------- SLURM
+
+
+@dataclass
+class SlurmOptions:
+    """SLURM resources per array task (one task = one run). ``parallelism`` caps concurrent tasks.
+
+    ``cluster``: "slurm", or "local" for submitit's local executor (same run function and job files, no
+    scheduler; the fallback where SLURM cannot run).
+    """
+
+    cluster: str = "slurm"
+    partition: str | None = None
+    timeout_min: int = 60
+    cpus_per_task: int = 1
+    gpus_per_task: int = 0
+    mem_gb: float | None = None
+    parallelism: int = 16
+    extra: dict = field(default_factory=dict)  # passed to submitit as slurm_additional_parameters
+
+
+def _slurm_job_class():
+    import submitit
+
+    class RunJob(submitit.helpers.Checkpointable):
+        """A requeue-safe array task: on timeout/preemption submitit requeues it with the same arguments,
+        and the run resumes from its last checkpoint."""
+
+        def __call__(self, root: str, name: str, nproc: int, threads: int | None) -> str:
+            return execute_run(root, name, nproc, threads)
+
+    return RunJob
+
+
+def run_slurm(root: Path, runs: list[PlannedRun], options: SlurmOptions, *, nproc: int = 1,
+              stream: TextIO = sys.stderr, poll_s: float = 2.0) -> dict[str, str]:
+    """Submit every unfinished run as ONE SLURM array job (submitit) and wait for it, showing progress."""
+    import submitit
+
+    statuses, todo, progress = _start(root, runs, stream)
+    if not todo:
+        progress.show("nothing to run")
+        return statuses
+    executor = submitit.AutoExecutor(folder=Path(root) / "slurm" / "%j", cluster=options.cluster)
+    params: dict = {
+        "timeout_min": options.timeout_min,
+        "cpus_per_task": options.cpus_per_task,
+        "slurm_array_parallelism": options.parallelism,
+        "name": f"loopscale-{Path(root).name}",
+    }
+    if options.partition:
+        params["slurm_partition"] = options.partition
+    if options.gpus_per_task:
+        params["gpus_per_node"] = options.gpus_per_task
+    if options.mem_gb:
+        params["mem_gb"] = options.mem_gb
+    if options.extra:
+        params["slurm_additional_parameters"] = options.extra
+    executor.update_parameters(**params)
+    job = _slurm_job_class()()
+    n = len(todo)
+    jobs = executor.map_array(job, [str(root)] * n, [r.name for r in todo], [nproc] * n,
+                              [options.cpus_per_task] * n)
+    progress.show(f"submitted array job {jobs[0].job_id.split('_')[0]} with {n} task(s)")
+    pending = dict(zip(jobs, todo))
+    while pending:
+        time.sleep(poll_s)
+        for slurm_job in [j for j in pending if j.done()]:
+            run = pending.pop(slurm_job)
+            try:
+                status = slurm_job.result()
+            except Exception as exc:  # the task itself died (cancelled, node failure): record why
+                if not (run_dir(root, run.name) / RESULT_FILE).exists():
+                    last = (str(exc).strip().splitlines() or ["no message"])[-1][:200]
+                    atomic_write_json(run_dir(root, run.name) / EXIT_FILE,
+                                      {"status": "failed", "reason": f"SLURM task {slurm_job.job_id} ended: {last}"})
+                status = run_state(root, run.name).status
+            statuses[run.name] = status
+            progress.remaining_flops -= run.total_flops
+            progress.finished_flops += run.total_flops
+            progress.done += status in ("ok", "failed")
+            progress.failed += status == "failed"
+            progress.show(_event(root, run.name, status))
+    return statuses

@@ -1,0 +1,271 @@
+"""The planner: a sweep spec → one row per run with the exact accounting (spec §3–§4).
+
+Counts, FLOPs/token and steps come from ``loopscale.paper.grid_runs`` (which uses ``loopscale.accounting``),
+so the plan is the same arithmetic the training run uses to set its step count. The wall-time column is an
+*estimate*: training FLOPs divided by a throughput measured on this machine by a short probe.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import time
+from dataclasses import dataclass
+
+from loopscale.config import ModelConfig, to_dict
+from loopscale.errors import UserError
+from loopscale.paper import grid_runs
+from loopscale.sweep.spec import RunGroup, SweepSpec
+
+PLAN_COLUMNS = (
+    "run", "group", "budget", "width", "r", "bptt_k", "seed", "n", "n_once", "n_rec", "flops_per_token", "steps",
+    "tokens", "total_flops",
+)
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run of a sweep. FLOPs are training FLOPs (spec §4.2); tokens = steps × batch_tokens."""
+
+    name: str
+    group: str
+    budget: float  # C, FLOPs
+    width: int  # d_model
+    r: int
+    seed: int
+    n: int
+    n_once: int
+    n_rec: int
+    flops_per_token: int
+    steps: int
+    tokens: int
+    model: ModelConfig
+
+    @property
+    def total_flops(self) -> int:
+        """F·B·steps: the FLOPs this run actually spends (within ~0.1% of C on the paper grid)."""
+        return self.flops_per_token * self.tokens
+
+    def row(self) -> dict:
+        return {
+            "run": self.name, "group": self.group, "budget": self.budget, "width": self.width, "r": self.r,
+            "bptt_k": self.model.effective_bptt_k, "seed": self.seed, "n": self.n, "n_once": self.n_once,
+            "n_rec": self.n_rec, "flops_per_token": self.flops_per_token, "steps": self.steps,
+            "tokens": self.tokens, "total_flops": self.total_flops,
+        }
+
+
+def run_name(group: RunGroup, budget: float, width: int, r: int, seed: int, n_seeds: int) -> str:
+    """Folder-safe run name, e.g. ``main_C4.64e17_d384_r2`` (``_s<seed>`` only when a sweep has several seeds)."""
+    mantissa, exponent = f"{budget:.3e}".split("e")
+    mantissa = mantissa.rstrip("0").rstrip(".")
+    name = f"{group.name}_C{mantissa}e{int(exponent)}_d{width}_r{r}"
+    return f"{name}_s{seed}" if n_seeds > 1 else name
+
+
+def plan_sweep(spec: SweepSpec) -> list[PlannedRun]:
+    """Every run of ``spec`` in execution order (budget, width, r, group, seed), with exact accounting.
+
+    A width the template cannot take (e.g. not a multiple of head_dim) or a budget too small for one
+    step is a UserError naming the run.
+    """
+    runs: list[PlannedRun] = []
+    for group in spec.groups:
+        for cell in group.grid:
+            for width in cell.widths:
+                for r in group.rs:
+                    for seed in spec.seeds:
+                        name = run_name(group, cell.budget, width, r, seed, len(spec.seeds))
+                        try:
+                            model = spec.model_config(group, width, r)
+                            (row,) = grid_runs({cell.budget: (width,)}, rs=(r,), template=model,
+                                               batch_tokens=spec.batch_tokens, width_unit=1)
+                        except UserError as exc:
+                            raise UserError(f"run {name}: {exc}") from None
+                        runs.append(PlannedRun(
+                            name=name, group=group.name, budget=cell.budget, width=width, r=r, seed=seed,
+                            n=row["n"], n_once=row["n_once"], n_rec=row["n_rec"],
+                            flops_per_token=row["flops_per_token"], steps=row["steps"], tokens=row["tokens"],
+                            model=model,
+                        ))
+    names = [run.name for run in runs]
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})[0]
+        raise UserError(f"sweep {spec.name!r}: run {dup} is planned twice (two groups share a cell and r)")
+    runs.sort(key=lambda run: (run.budget, run.width, run.r, run.group, run.seed))
+    return runs
+
+
+def run_train_config(spec: SweepSpec, run: PlannedRun) -> dict:
+    """The TrainConfig mapping of one run: the sweep's recipe (with its group's overrides deep-merged) plus
+    the run's model, budget, batch and seed."""
+    from loopscale.train.config import merge
+
+    group = next(g for g in spec.groups if g.name == run.group)
+    return {
+        **merge(spec.train, group.train),
+        "model": to_dict(run.model),
+        "budget": run.budget,
+        "batch_tokens": spec.batch_tokens,
+        "seed": run.seed,
+    }
+
+
+def check_runnable(spec: SweepSpec, runs: list[PlannedRun]) -> None:
+    """Check every run as the training run will (config, dataset, batch split, LR transfer) so bad input
+    fails with one line before anything runs, not as a column of failed runs. Imports torch."""
+    from loopscale.config import from_dict
+    from loopscale.data import PackedDataset
+    from loopscale.train import plan_run
+    from loopscale.train.config import TrainConfig
+    from loopscale.train.optim import peak_learning_rates
+
+    datasets: dict[str, PackedDataset] = {}
+    for run in runs:
+        try:
+            cfg = from_dict(TrainConfig, run_train_config(spec, run), "train")
+            if cfg.data.path not in datasets:
+                datasets[cfg.data.path] = PackedDataset(cfg.data.path)
+            plan = plan_run(cfg, datasets[cfg.data.path], world=spec.nproc)
+            peak_learning_rates(cfg.optim, cfg.model, cfg.batch_tokens, plan.tokens)
+        except UserError as exc:
+            raise UserError(f"run {run.name}: {exc}") from None
+
+
+# ---------------------------------------------------------------------------------------------- throughput
+
+
+@dataclass(frozen=True)
+class ThroughputProbe:
+    """Training throughput measured on this machine, in accounting FLOPs per second, per probed width."""
+
+    flops_per_s: dict[int, float]  # width → FLOPs/s (spec §4.2 FLOPs of forward + backward)
+    device: str
+    threads: int
+
+    def rate(self, width: int) -> float:
+        """FLOPs/s at ``width``: log-linear interpolation between probed widths, clamped outside them."""
+        widths = sorted(self.flops_per_s)
+        if width <= widths[0]:
+            return self.flops_per_s[widths[0]]
+        if width >= widths[-1]:
+            return self.flops_per_s[widths[-1]]
+        for lo, hi in zip(widths, widths[1:]):
+            if lo <= width <= hi:
+                t = (math.log(width) - math.log(lo)) / (math.log(hi) - math.log(lo))
+                return math.exp((1 - t) * math.log(self.flops_per_s[lo]) + t * math.log(self.flops_per_s[hi]))
+        raise AssertionError("unreachable: width lies between probed widths")
+
+    def seconds(self, run: PlannedRun) -> float:
+        """Estimated compute seconds of one run (excludes process start, compile and final evaluation)."""
+        return run.total_flops / self.rate(run.width)
+
+
+def measure_throughput(runs: list[PlannedRun], *, micro_batch: int = 8, steps: int = 3,
+                       max_probe_flops: float = 3e11, device: str = "cpu") -> ThroughputProbe | None:
+    """Time forward + backward of the planned models on random tokens (one warm-up step, ``steps`` timed).
+
+    Probes up to three widths (smallest, middle, largest) whose probe step costs at most ``max_probe_flops``
+    FLOPs; wider models are estimated at the widest probed width's rate (the printed probe widths show it).
+    Returns None when even the narrowest model is too expensive to probe (e.g. the paper grid on a CPU).
+    Units: accounting FLOPs (spec §4.2) per second.
+    """
+    import torch
+
+    from loopscale.model import LoopedGPT
+
+    by_width: dict[int, PlannedRun] = {}
+    for run in runs:
+        by_width.setdefault(run.width, run)
+    widths = sorted(by_width)
+    affordable = [w for w in widths
+                  if by_width[w].flops_per_token * by_width[w].model.seq_len * micro_batch <= max_probe_flops]
+    if not affordable:  # even the narrowest model is too big to probe here: no estimate
+        return None
+    chosen = sorted({affordable[0], affordable[len(affordable) // 2], affordable[-1]})
+    rates = {}
+    torch.manual_seed(0)
+    for width in chosen:
+        cfg = by_width[width].model
+        model = LoopedGPT(cfg).to(device)
+        idx = torch.randint(0, cfg.vocab_size, (micro_batch, cfg.seq_len), device=device)
+        elapsed = 0.0
+        for step in range(steps + 1):
+            start = time.perf_counter()
+            loss = model(idx, idx)
+            loss.backward()
+            model.zero_grad(set_to_none=True)
+            if step:  # step 0 is the warm-up
+                elapsed += time.perf_counter() - start
+        rates[width] = by_width[width].flops_per_token * micro_batch * cfg.seq_len * steps / elapsed
+        del model
+    return ThroughputProbe(flops_per_s=rates, device=device, threads=torch.get_num_threads())
+
+
+# ---------------------------------------------------------------------------------------------- formatting
+
+
+def plan_rows(runs: list[PlannedRun], probe: ThroughputProbe | None = None) -> list[dict]:
+    rows = []
+    for run in runs:
+        row = run.row()
+        if probe is not None:
+            row["est_seconds"] = round(probe.seconds(run), 1)
+        rows.append(row)
+    return rows
+
+
+def format_plan(spec: SweepSpec, runs: list[PlannedRun], fmt: str, probe: ThroughputProbe | None) -> str:
+    """The plan as ``table`` (human), ``csv`` or ``json``; the wall time is labelled as an estimate."""
+    rows = plan_rows(runs, probe)
+    if fmt == "json":
+        doc = {"sweep": spec.name, "batch_tokens": spec.batch_tokens, "runs": rows,
+               "total_flops": sum(r.total_flops for r in runs)}
+        if probe is not None:
+            doc["estimate"] = {"seconds": round(sum(probe.seconds(r) for r in runs), 1),
+                               "probe_flops_per_s": probe.flops_per_s, "device": probe.device,
+                               "threads": probe.threads, "note": "estimate: compute only, from a throughput probe"}
+        return json.dumps(doc, indent=2)
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else list(PLAN_COLUMNS),
+                                lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        return buf.getvalue()
+    if fmt != "table":
+        raise UserError(f"unknown plan format {fmt!r}; use table, csv or json")
+    header = (f"{'run':<34} {'width':>5} {'r':>2} {'k':>2} {'N_once':>13} {'N_rec':>13} {'FLOPs/token':>11} "
+              f"{'steps':>7} {'tokens':>15} {'total FLOPs':>11}")
+    if probe is not None:
+        header += f" {'est. time':>10}"
+    lines = [header, "-" * len(header)]
+    for run in runs:
+        line = (f"{run.name:<34} {run.width:>5} {run.r:>2} {run.model.effective_bptt_k:>2} {run.n_once:>13,} "
+                f"{run.n_rec:>13,} {run.flops_per_token:>11.4e} {run.steps:>7,} {run.tokens:>15,} "
+                f"{run.total_flops:>11.3e}")
+        if probe is not None:
+            line += f" {format_seconds(probe.seconds(run)):>10}"
+        lines.append(line)
+    total = sum(r.total_flops for r in runs)
+    lines.append(f"{len(runs)} runs, {total:.3e} training FLOPs in total, B = {spec.batch_tokens:,} tokens/step")
+    if probe is None:
+        lines.append("no wall-time estimate (probe skipped, or the narrowest model is too large to probe here)")
+    else:
+        rates = ", ".join(f"d={w}: {f / 1e9:.1f}" for w, f in sorted(probe.flops_per_s.items()))
+        est = sum(probe.seconds(r) for r in runs)
+        lines.append(f"ESTIMATE of wall time on this machine: {format_seconds(est)} of compute "
+                     f"(probe on {probe.device}, {probe.threads} threads, GFLOP/s {rates}; excludes process start, "
+                     "compile and final evaluation)")
+    return "\n".join(lines) + "\n"
+
+
+def format_seconds(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"

@@ -1,0 +1,111 @@
+"""Named sweeps: the paper's grids (spec §5.2–§5.3) and two scaled-down grids for a 2-core CPU.
+
+``paper`` is the exact 116-run main grid; ``paper-truncated-bptt`` and ``paper-hyperconnections`` are the
+case-study grids (r ∈ {2, 4, 8} at the four lower budgets) plus the 20 shared r = 1 anchor runs of the main
+grid. ``cpu`` and ``demo`` keep the paper's method (iso-depth layout, iso-FLOP curves that bracket their
+minima, r ∈ {1, 2, 4, 8}, exact FLOPs accounting, one recipe for every r) at a scale that runs on 2 CPU
+cores; their design and rationale are in docs/sweeps.md.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from loopscale.config import from_dict
+from loopscale.errors import UserError
+from loopscale.paper import (
+    BATCH_TOKENS,
+    HYPERCONNECTION_GRID,
+    MAIN_GRID,
+    RS,
+    SEQ_LEN,
+    TRUNCATED_BPTT_GRID,
+    VOCAB,
+)
+from loopscale.sweep.spec import SweepSpec
+
+PAPER_WIDTH_UNIT = 64  # d = 64·s (spec §2.2)
+
+
+def _grid(budget_scales: dict[float, tuple[int, ...]], width_unit: int = PAPER_WIDTH_UNIT) -> list[dict]:
+    return [{"budget": c, "widths": [width_unit * s for s in scales]} for c, scales in budget_scales.items()]
+
+
+def _lower_four(grid: dict[float, tuple[int, ...]]) -> dict[float, tuple[int, ...]]:
+    """The main grid restricted to the case studies' budgets: the shared r = 1 anchor runs (spec §5.3)."""
+    return {c: grid[c] for c in sorted(grid)[:4]}
+
+
+_PAPER_MODEL = {"vocab_size": VOCAB, "seq_len": SEQ_LEN}
+_ANCHOR = {"name": "anchor", "rs": [1], "grid": _grid(_lower_four(MAIN_GRID))}
+_LOOPED = [r for r in RS if r > 1]
+
+# The scaled-down template shared by `cpu` and `demo`: 10 effective layers, prelude = coda = 1, so the
+# 8 recurrent layers divide by r ∈ {1, 2, 4, 8}; head dim 16 so widths from 16 upward are legal; T = 256 and
+# the default corpus's 4,096-token vocabulary.
+_CPU_MODEL = {"depth": 10, "prelude": 1, "coda": 1, "head_dim": 16, "vocab_size": 4096, "seq_len": 256}
+# The paper's recipe, rescaled as configuration only: the LR-transfer references move to this scale (reference
+# width 48 instead of 640, reference batch = this batch, so the base LRs apply unchanged at B = 2,048 tokens),
+# the final validation loss covers the same 32,768 held-out tokens for every run, no per-step progress bar.
+_CPU_TRAIN: dict[str, Any] = {
+    "device": "cpu",
+    "progress": False,
+    "data": {"val_tokens": 32_768},
+    "optim": {"ref_width": 48, "ref_batch_tokens": 2048},
+}
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "paper": {
+        "name": "paper",
+        "batch_tokens": BATCH_TOKENS,
+        "model": _PAPER_MODEL,
+        "groups": [{"name": "main", "rs": list(RS), "grid": _grid(MAIN_GRID)}],
+    },
+    "paper-truncated-bptt": {
+        "name": "paper-truncated-bptt",
+        "batch_tokens": BATCH_TOKENS,
+        "model": _PAPER_MODEL,
+        "groups": [_ANCHOR, {"name": "truncated-bptt", "rs": _LOOPED, "grid": _grid(TRUNCATED_BPTT_GRID),
+                             "bptt": "ceil_half"}],
+    },
+    "paper-hyperconnections": {
+        "name": "paper-hyperconnections",
+        "batch_tokens": BATCH_TOKENS,
+        "model": _PAPER_MODEL,
+        "groups": [_ANCHOR, {"name": "hyperconnections", "rs": _LOOPED, "grid": _grid(HYPERCONNECTION_GRID),
+                             "model": {"injection": "hyperconnect"}}],
+    },
+    # ≈ 50–60 min of compute on 2 cores (docs/sweeps.md): 3 budgets spanning 10×, 4 widths each, 4 r.
+    "cpu": {
+        "name": "cpu",
+        "batch_tokens": 2048,  # 8 rows × T = 256
+        "model": _CPU_MODEL,
+        "train": _CPU_TRAIN,
+        "groups": [{"name": "main", "rs": list(RS), "grid": [
+            {"budget": 8e11, "widths": [16, 32, 48, 64]},
+            {"budget": 2.5e12, "widths": [32, 48, 64, 80]},
+            {"budget": 8e12, "widths": [32, 48, 64, 96]},
+        ]}],
+    },
+    # ≤ 10 min on 2 cores: 3 budgets spanning 10×, 3 widths each, r ∈ {1, 2, 4}.
+    "demo": {
+        "name": "demo",
+        "batch_tokens": 2048,
+        "model": _CPU_MODEL,
+        "train": _CPU_TRAIN,
+        "groups": [{"name": "main", "rs": [1, 2, 4], "grid": [
+            {"budget": 1e11, "widths": [16, 32, 48]},
+            {"budget": 3.16e11, "widths": [16, 32, 48]},
+            {"budget": 1e12, "widths": [16, 32, 48]},
+        ]}],
+    },
+}
+
+
+def preset(name: str) -> SweepSpec:
+    """The named preset as a validated SweepSpec (a fresh copy each call)."""
+    if name not in PRESETS:
+        raise UserError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    return from_dict(SweepSpec, copy.deepcopy(PRESETS[name]), f"preset {name}")
+

@@ -1,0 +1,117 @@
+"""The on-disk layout of a sweep folder and the state of each run in it.
+
+::
+
+    SWEEP_DIR/sweep.yaml            the spec (resolved), written once; a rerun must match it
+    SWEEP_DIR/runs/NAME/run.yaml    the run's TrainConfig (input of ``loopscale train``)
+    SWEEP_DIR/runs/NAME/...         written by the training run: config.yaml, metrics.jsonl, checkpoints,
+                                    result.json (status ok|failed) at the end
+    SWEEP_DIR/runs/NAME/exit.json   written by the executor when the process ended without result.json
+                                    (killed, out of memory, crashed); removed when the run is retried
+    SWEEP_DIR/runs/NAME/train.log   stdout + stderr of every attempt (appended)
+    SWEEP_DIR/results.csv|.parquet  written by collect
+
+A run is *done* when result.json exists (status ok or failed): reruns skip it. Anything else is retried
+and the training run resumes from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from loopscale.config import dump_yaml, from_dict, load_yaml
+from loopscale.errors import UserError
+from loopscale.io import atomic_write_text
+from loopscale.sweep.plan import PlannedRun, plan_sweep, run_train_config
+from loopscale.sweep.spec import SweepSpec
+
+SPEC_FILE = "sweep.yaml"
+RESULT_FILE = "result.json"
+EXIT_FILE = "exit.json"
+RUN_CONFIG_FILE = "run.yaml"
+LOG_FILE = "train.log"
+
+
+@dataclass(frozen=True)
+class RunState:
+    """Where one run stands: status ``ok`` / ``failed`` (finished), ``pending`` (never started or
+    interrupted: resumable); ``reason`` says why a run failed or is not finished."""
+
+    status: str
+    reason: str
+    result: dict | None
+
+
+def run_dir(root: Path, name: str) -> Path:
+    return Path(root) / "runs" / name
+
+
+def read_json(path: Path) -> dict:
+    """Read a JSON object; a truncated or invalid file is a one-line UserError naming it (the file is kept)."""
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: truncated or invalid JSON ({exc.msg} at line {exc.lineno}); "
+                        "delete it to rerun this run") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a JSON object")
+    return data
+
+
+def run_state(root: Path, name: str) -> RunState:
+    folder = run_dir(root, name)
+    result_path = folder / RESULT_FILE
+    if result_path.exists():
+        result = read_json(result_path)
+        status = result.get("status")
+        if status not in ("ok", "failed"):
+            raise UserError(f"{result_path}: status must be 'ok' or 'failed', got {status!r}")
+        return RunState(status, str(result.get("reason") or ""), result)
+    exit_path = folder / EXIT_FILE
+    if exit_path.exists():
+        info = read_json(exit_path)
+        return RunState("failed", str(info.get("reason", "process ended without result.json")), None)
+    if (folder / "metrics.jsonl").exists():
+        return RunState("pending", "interrupted: started but no result.json yet (resumes from its checkpoint)",
+                        None)
+    return RunState("pending", "not run yet", None)
+
+
+def init_sweep(spec: SweepSpec, root: Path) -> list[PlannedRun]:
+    """Create (or reopen) a sweep folder: write sweep.yaml and every run's run.yaml.
+
+    Every run is checked first (``check_runnable``); reopening with a different spec is refused (a sweep folder holds exactly one sweep, so nothing already
+    trained is mixed with or overwritten by a different grid).
+    """
+    from loopscale.sweep.plan import check_runnable
+
+    root = Path(root)
+    runs = plan_sweep(spec)
+    check_runnable(spec, runs)
+    spec_text = dump_yaml(spec)
+    spec_path = root / SPEC_FILE
+    if spec_path.exists():
+        if spec_path.read_text() != spec_text:
+            raise UserError(f"{root} already holds a different sweep ({spec_path}); choose another --out folder "
+                            "or resume it without a spec")
+    else:
+        atomic_write_text(spec_path, spec_text)
+    for run in runs:
+        config_path = run_dir(root, run.name) / RUN_CONFIG_FILE
+        text = dump_yaml(run_train_config(spec, run))
+        if not config_path.exists() or config_path.read_text() != text:
+            atomic_write_text(config_path, text)
+    return runs
+
+
+def open_sweep(root: Path) -> tuple[SweepSpec, list[PlannedRun]]:
+    """Load an existing sweep folder's spec and plan (for resume, collect and report)."""
+    root = Path(root)
+    spec_path = root / SPEC_FILE
+    if not spec_path.exists():
+        raise UserError(f"{root} is not a sweep folder (no {SPEC_FILE}); start one with `loopscale sweep SPEC --out "
+                        f"{root}`")
+    spec = from_dict(SweepSpec, load_yaml(spec_path), str(spec_path))
+    return spec, plan_sweep(spec)

@@ -1,0 +1,489 @@
+"""One training run to a FLOPs budget (spec §4.4, §6, §7): ``train(cfg, out_dir)`` → result.json contents.
+
+What a run does, in order (nothing is written before every input has been checked):
+1. check the dataset (rows, tokenizer), the model/dataset match, the batch split and the validation size;
+2. steps = round(C / (F·B)) with the exact F of ``accounting`` (or ``cfg.steps``), D = steps·B tokens;
+3. build the model (seeded), MuonH + AdamW with the transferred LRs, resume from the latest checkpoint;
+4. for each step: read the step's B/T rows in the fixed sequential order (strided across data-parallel
+   ranks), accumulate gradients over micro-batches, average them across ranks, schedule the LR (no warmup,
+   linear decay to 10%), step; log step/loss/lr/tokens/tokens_per_s/mfu to metrics.jsonl;
+5. checkpoint every N steps and/or seconds (atomically); a non-finite loss stops the run (status "failed");
+6. final validation loss in nats: token-weighted mean cross-entropy over the first ``val_tokens`` target
+   tokens of the "val" split (the same tokens for every run); final weights + result.json.
+
+Precision: fp32 on CPU, bf16 autocast (TF32 matmuls) on CUDA. Data parallelism: launch with
+``torchrun --nproc_per_node N loopscale train ...`` (gloo on CPU, NCCL on CUDA); every rank holds the full
+model, gradients are all-reduced (averaged) once per step, rank 0 writes the run folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from loopscale.accounting import count_params, flops_per_token, steps_for_budget
+from loopscale.config import dump_yaml, from_dict, load_yaml, to_dict
+from loopscale.data import PackedDataset
+from loopscale.errors import UserError
+from loopscale.io import atomic_write_json, atomic_write_text
+from loopscale.model import LoopedGPT
+from loopscale.train import checkpoint as ckpt
+from loopscale.train.config import TrainConfig
+from loopscale.train.optim import (
+    build_optimizers,
+    lr_multiplier,
+    peak_learning_rates,
+    reference_tokens,
+    set_lr,
+)
+from loopscale.train.perf import peak_flops, tcmalloc_active
+
+# Fields that may change between an interrupted run and its resumption (they do not change what is
+# computed, only how fast or how it is reported).
+RESUMABLE_CHANGES = (
+    "device",
+    "precision",
+    "compile",
+    "micro_batch",
+    "checkpoint_every_steps",
+    "checkpoint_every_s",
+    "log_every",
+    "peak_flops",
+    "progress",
+)
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Where this process runs: data-parallel rank/world size, torch device and autocast dtype."""
+
+    rank: int
+    world: int
+    device: torch.device
+    autocast_dtype: torch.dtype | None  # None = plain fp32
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def autocast(self):
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The run's sizes, all derived from the config and the dataset before anything is written."""
+
+    steps: int
+    tokens: int  # D = steps · B
+    flops_per_token: int
+    rows_per_rank: int  # sequences per step on each rank
+    micro_batch: int  # sequences per forward pass
+    val_tokens: int
+    val_rows: int
+    train_epochs: int
+
+
+def _runtime(cfg: TrainConfig) -> Runtime:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    kind = cfg.device.split(":")[0]
+    if kind == "auto":
+        kind = "cuda" if torch.cuda.is_available() else "cpu"
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise UserError("device cuda requested but no CUDA device is available; use --device cpu")
+    if kind == "cuda":
+        index = int(os.environ.get("LOCAL_RANK", cfg.device.split(":")[1] if ":" in cfg.device else "0"))
+        device = torch.device("cuda", index)
+        torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    else:
+        device = torch.device("cpu")
+    precision = cfg.precision if cfg.precision != "auto" else ("bf16" if kind == "cuda" else "fp32")
+    autocast_dtype = torch.bfloat16 if precision == "bf16" else None
+    return Runtime(rank=rank, world=world, device=device, autocast_dtype=autocast_dtype)
+
+
+def plan_run(cfg: TrainConfig, ds: PackedDataset, world: int = 1) -> Plan:
+    """Check the config against the dataset and the data-parallel world; UserError on any mismatch."""
+    m = cfg.model
+    if ds.seq_len != m.seq_len:
+        raise UserError(
+            f"model.seq_len {m.seq_len} differs from the dataset's T={ds.seq_len} ({ds.path}); "
+            f"set model.seq_len: {ds.seq_len}"
+        )
+    if m.vocab_size < ds.vocab_size:
+        raise UserError(
+            f"model.vocab_size {m.vocab_size} is smaller than the dataset's vocabulary "
+            f"{ds.vocab_size}; set model.vocab_size: {ds.vocab_size}"
+        )
+    train_rows = ds.num_rows("train")  # UserError when the split is missing or empty
+    val_split_rows = ds.num_rows("val")
+    if ds.tokenizer_path is not None:
+        ds.tokenizer()  # UserError when tokenizer.json does not load
+    f = flops_per_token(m)
+    steps = cfg.steps if cfg.steps is not None else steps_for_budget(cfg.budget, f, cfg.batch_tokens)
+    if cfg.batch_rows % world:
+        raise UserError(
+            f"batch of {cfg.batch_rows} sequences does not split over {world} data-parallel ranks; "
+            f"make batch_tokens a multiple of {m.seq_len * world}"
+        )
+    rows_per_rank = cfg.batch_rows // world
+    micro = cfg.micro_batch or rows_per_rank
+    if rows_per_rank % micro:
+        raise UserError(
+            f"micro_batch {micro} does not divide the {rows_per_rank} sequences per rank and step"
+        )
+    val_available = val_split_rows * m.seq_len
+    val_tokens = cfg.data.val_tokens or val_available
+    if val_tokens > val_available:
+        raise UserError(
+            f"data.val_tokens {val_tokens:,} exceeds the {val_available:,} target tokens of the val "
+            f"split of {ds.path}; lower data.val_tokens"
+        )
+    return Plan(
+        steps=steps,
+        tokens=steps * cfg.batch_tokens,
+        flops_per_token=f,
+        rows_per_rank=rows_per_rank,
+        micro_batch=micro,
+        val_tokens=val_tokens,
+        val_rows=math.ceil(val_tokens / m.seq_len),
+        train_epochs=ds.epochs_for("train", steps * cfg.batch_rows) if train_rows else 0,
+    )
+
+
+def _check_resumable(run_dir: Path, cfg: TrainConfig, resume: bool) -> dict[str, Any] | None:
+    """Refuse to mix runs in one folder; return the stored result when the run already finished."""
+    config_path = run_dir / "config.yaml"
+    if not config_path.exists():
+        return None
+    if not resume:
+        raise UserError(
+            f"{run_dir} already holds a run; pass --resume to continue it or choose another --out"
+        )
+    stored = load_yaml(config_path)
+    new = to_dict(cfg)
+    stored_flat, new_flat = _flatten(stored), _flatten(new)
+    differing = [
+        k
+        for k in sorted(set(stored_flat) | set(new_flat))
+        if k not in RESUMABLE_CHANGES and stored_flat.get(k) != new_flat.get(k)
+    ]
+    if differing:
+        raise UserError(
+            f"{run_dir} holds a run with a different config (differs in: {', '.join(differing)}); "
+            "use the same config to resume or choose another --out"
+        )
+    result_path = run_dir / "result.json"
+    if result_path.is_file():
+        try:
+            return json.loads(result_path.read_text())
+        except ValueError:
+            raise UserError(f"{result_path} is corrupt; delete it to finish the run again") from None
+    return None
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested config mapping → {"model.width": 640, ...} with JSON-normalised leaves (tuples → lists)."""
+    if isinstance(tree, dict):
+        out: dict[str, Any] = {}
+        for key, value in tree.items():
+            out.update(_flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: json.loads(json.dumps(tree))}
+
+
+def _rewind_metrics(path: Path, before_step: int) -> None:
+    """Keep the complete metrics lines of steps <= ``before_step`` (steps after a checkpoint are redone)."""
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line cut by kill -9
+        if isinstance(record, dict) and record.get("step", math.inf) <= before_step:
+            kept.append(line)
+    atomic_write_text(path, "".join(k + "\n" for k in kept))
+
+
+def _all_reduce_mean(tensors: list[torch.Tensor], world: int) -> None:
+    if world == 1 or not tensors:
+        return
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    dist.all_reduce(flat)
+    flat /= world
+    offset = 0
+    for t in tensors:
+        t.copy_(flat[offset : offset + t.numel()].view_as(t))
+        offset += t.numel()
+
+
+def accumulate_gradients(
+    step_fn, model: torch.nn.Module, rows: torch.Tensor, micro_batch: int, rt: Runtime
+) -> float:
+    """Forward + backward of this rank's ``rows`` [n, T + 1] in micro-batches, gradients averaged over the
+    micro-batches and the data-parallel ranks; returns the mean training loss of the global batch (nats)."""
+    n_micro = rows.size(0) // micro_batch
+    loss_sum = torch.zeros((), device=rt.device)
+    for i in range(n_micro):
+        chunk = rows[i * micro_batch : (i + 1) * micro_batch]
+        with rt.autocast():
+            loss = step_fn(chunk[:, :-1], chunk[:, 1:])
+        (loss / n_micro).backward()
+        loss_sum += loss.detach().float()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    _all_reduce_mean([*grads, loss_sum.view(1)], rt.world)
+    return loss_sum.item() / n_micro
+
+
+@torch.no_grad()
+def validation_loss(model: torch.nn.Module, ds: PackedDataset, plan: Plan, rt: Runtime) -> float:
+    """Token-weighted mean cross-entropy (nats) over the first ``plan.val_tokens`` val-split targets."""
+    model.eval()
+    t = ds.seq_len
+    total = torch.zeros(2, dtype=torch.float64, device=rt.device)  # [sum of losses, tokens]
+    mine = list(range(rt.rank, plan.val_rows, rt.world))
+    for start in range(0, len(mine), plan.micro_batch):
+        index = mine[start : start + plan.micro_batch]
+        rows = torch.from_numpy(ds.rows("val", index[0], index[-1] - index[0] + 1)[:: rt.world])
+        x, y = rows[:, :-1], rows[:, 1:].clone()
+        first_target = torch.tensor(index).view(-1, 1) * t + torch.arange(t).view(1, -1)
+        y[first_target >= plan.val_tokens] = -1
+        x, y = x.to(rt.device), y.to(rt.device)
+        with rt.autocast():
+            losses = model(x, y, reduction="none")
+        total[0] += losses.double().sum()
+        total[1] += (y != -1).sum()
+    if rt.world > 1:
+        dist.all_reduce(total)
+    model.train()
+    return float(total[0] / total[1])
+
+
+def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = True) -> dict[str, Any]:
+    """Run (or resume, or return the finished result of) one training run into ``out_dir``.
+
+    Returns the result.json contents: status "ok" | "failed" (non-finite loss; ``reason`` says why).
+    Bad input (config, dataset, checkpoint) raises UserError before anything is written.
+    """
+    cfg.validate()
+    run_dir = Path(out_dir)
+    rt = _runtime(cfg)
+    own_group = rt.world > 1 and not dist.is_initialized()
+    if own_group:
+        dist.init_process_group("nccl" if rt.device.type == "cuda" else "gloo")
+    try:
+        return _train(cfg, run_dir, resume, rt)
+    finally:
+        if own_group:
+            dist.destroy_process_group()
+
+
+def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[str, Any]:
+    started = time.perf_counter()
+    ds = PackedDataset(cfg.data.path)
+    plan = plan_run(cfg, ds, rt.world)
+    finished = _check_resumable(run_dir, cfg, resume)
+    if finished is not None:
+        return finished
+    latest = ckpt.latest_checkpoint(run_dir) if resume else None
+    if latest is not None:
+        ckpt.read_state(latest)  # a corrupt checkpoint is refused before anything is written
+    counts = count_params(cfg.model)
+    peak_lrs = peak_learning_rates(cfg.optim, cfg.model, cfg.batch_tokens, plan.tokens)
+
+    torch.manual_seed(cfg.seed)
+    model = LoopedGPT(cfg.model).to(rt.device)
+    optimizers = build_optimizers(model, cfg.optim, peak_lrs, rt.device.type)
+    state: dict[str, Any] = {"step": 0, "train_time_s": 0.0, "wall_time_s": 0.0}
+    if latest is not None:
+        state = ckpt.load_checkpoint(latest, model, optimizers)
+    start_step = int(state["step"])
+    metrics_path = run_dir / "metrics.jsonl"
+    if rt.is_main:
+        atomic_write_text(run_dir / "config.yaml", dump_yaml(cfg))
+        _rewind_metrics(metrics_path, start_step)
+    step_fn = torch.compile(model) if cfg.compile else model
+    dtype_name = "bfloat16" if rt.autocast_dtype is torch.bfloat16 else "float32"
+    # MFU is reported by rank 0 only (other ranks skip the matmul probe so it is not disturbed).
+    peak = cfg.peak_flops or (peak_flops(str(rt.device), dtype_name) if rt.is_main else None)
+    base = {
+        "config": to_dict(cfg),
+        **counts.as_dict(),
+        "flops_per_token": plan.flops_per_token,
+        "budget": cfg.budget,
+        "tokens": plan.tokens,
+        "steps": plan.steps,
+        "batch_tokens": cfg.batch_tokens,
+        "d_ref": reference_tokens(cfg.model, cfg.optim),
+        "peak_lrs": peak_lrs,
+        "val_tokens": plan.val_tokens,
+        "train_epochs": plan.train_epochs,
+        "world_size": rt.world,
+        "device": str(rt.device),
+        "precision": dtype_name,
+        "tcmalloc": tcmalloc_active(),
+    }
+
+    def finish(status: str, reason: str | None, steps_done: int, train_loss: float, val_loss: float | None):
+        wall = state["wall_time_s"] + time.perf_counter() - started
+        tokens_done = steps_done * cfg.batch_tokens
+        tokens_per_s = tokens_done / state["train_time_s"] if state["train_time_s"] > 0 else None
+        result = {
+            "status": status,
+            "reason": reason,
+            **base,
+            "steps_done": steps_done,
+            "train_loss": train_loss,
+            "val_loss": val_loss,
+            "wall_time_s": wall,
+            "train_time_s": state["train_time_s"],
+            "tokens_per_s": tokens_per_s,
+            "mfu": (plan.flops_per_token * tokens_per_s / (peak * rt.world))
+            if tokens_per_s and peak
+            else None,
+            "peak_flops": peak,
+        }
+        if rt.is_main:
+            atomic_write_json(run_dir / "result.json", result)
+        return result
+
+    from tqdm import tqdm
+
+    bar = tqdm(
+        total=plan.steps,
+        initial=start_step,
+        disable=not (rt.is_main and cfg.progress),
+        file=sys.stderr,
+        dynamic_ncols=True,
+        unit="step",
+    )
+    metrics = open(metrics_path, "a") if rt.is_main else None  # noqa: SIM115 (closed in finally)
+    last_checkpoint = time.perf_counter()
+    train_loss = float(state.get("train_loss", math.nan))
+    try:
+        for step in range(start_step, plan.steps):
+            t0 = time.perf_counter()
+            lr_mult = lr_multiplier(step, plan.steps, cfg.optim.final_lr_fraction)
+            set_lr(optimizers, lr_mult)
+            block = ds.rows("train", step * cfg.batch_rows, cfg.batch_rows)[rt.rank :: rt.world]
+            rows = torch.from_numpy(block).to(rt.device)
+            train_loss = accumulate_gradients(step_fn, model, rows, plan.micro_batch, rt)
+            if not math.isfinite(train_loss):
+                bar.close()
+                return finish(
+                    "failed",
+                    f"non-finite training loss ({train_loss}) at step {step + 1}",
+                    step,
+                    train_loss,
+                    None,
+                )
+            for opt in optimizers:
+                opt.step()
+            model.zero_grad(set_to_none=True)
+            if rt.device.type == "cuda":
+                torch.cuda.synchronize(rt.device)
+            dt = time.perf_counter() - t0
+            state["train_time_s"] += dt
+            done = step + 1
+            tokens_per_s = cfg.batch_tokens / dt
+            mfu = plan.flops_per_token * tokens_per_s / (peak * rt.world) if peak else math.nan
+            if metrics is not None and (done % cfg.log_every == 0 or done == plan.steps):
+                metrics.write(
+                    json.dumps(
+                        {
+                            "step": done,
+                            "loss": train_loss,
+                            "lr": lr_mult * peak_lrs["matrix"],
+                            "lr_multiplier": lr_mult,
+                            "tokens": done * cfg.batch_tokens,
+                            "tokens_per_s": tokens_per_s,
+                            "mfu": mfu,
+                        }
+                    )
+                    + "\n"
+                )
+                metrics.flush()
+            bar.update(1)
+            bar.set_postfix(loss=f"{train_loss:.4f}", tok_s=f"{tokens_per_s:,.0f}", mfu=f"{mfu:.1%}")
+            if done < plan.steps and _checkpoint_due(cfg, done, last_checkpoint, rt):
+                if rt.is_main:
+                    now = time.perf_counter()
+                    ckpt.save_checkpoint(
+                        run_dir,
+                        done,
+                        model,
+                        optimizers,
+                        {
+                            "train_loss": train_loss,
+                            "next_row": done * cfg.batch_rows,
+                            "train_time_s": state["train_time_s"],
+                            "wall_time_s": state["wall_time_s"] + now - started,
+                            "config": to_dict(cfg),
+                        },
+                    )
+                if rt.world > 1:
+                    dist.barrier()
+                last_checkpoint = time.perf_counter()
+    finally:
+        bar.close()
+        if metrics is not None:
+            metrics.close()
+    val_loss = validation_loss(model, ds, plan, rt)
+    if rt.is_main:
+        ckpt.save_tensors(run_dir / ckpt.WEIGHTS, model.state_dict())
+    result = finish("ok", None, plan.steps, train_loss, val_loss)
+    if rt.is_main:
+        shutil.rmtree(run_dir / ckpt.CHECKPOINT_DIR, ignore_errors=True)
+    return result
+
+
+def _checkpoint_due(cfg: TrainConfig, done: int, last_checkpoint: float, rt: Runtime) -> bool:
+    """Every ``checkpoint_every_steps`` steps, or once ``checkpoint_every_s`` passed (rank 0's clock)."""
+    due = cfg.checkpoint_every_steps is not None and done % cfg.checkpoint_every_steps == 0
+    if cfg.checkpoint_every_s is not None and time.perf_counter() - last_checkpoint >= cfg.checkpoint_every_s:
+        due = True
+    if rt.world > 1 and cfg.checkpoint_every_s is not None:
+        flag = torch.tensor([float(due)], device=rt.device)
+        dist.broadcast(flag, src=0)
+        due = bool(flag.item())
+    return due
+
+
+def load_checkpoint_model(path: str | Path) -> tuple[LoopedGPT, TrainConfig]:
+    """The model (CPU, eval mode) and config of a run folder (final weights, else its latest checkpoint)
+    or of a checkpoint folder."""
+    path = Path(path)
+    if (path / ckpt.STATE).is_file():  # a checkpoint folder
+        cfg = from_dict(TrainConfig, ckpt.read_state(path).get("config"), "checkpoint config")
+        weights = path / ckpt.WEIGHTS
+    elif (path / "config.yaml").is_file():
+        cfg = from_dict(TrainConfig, load_yaml(path / "config.yaml"), "train")
+        weights = path / ckpt.WEIGHTS
+        if not weights.is_file():
+            latest = ckpt.latest_checkpoint(path)
+            if latest is None:
+                raise UserError(f"{path} has neither final weights nor a checkpoint yet")
+            weights = latest / ckpt.WEIGHTS
+    else:
+        raise UserError(f"{path} is neither a run folder (config.yaml) nor a checkpoint folder (state.json)")
+    model = LoopedGPT(cfg.model)
+    ckpt.load_weights(model, weights)
+    return model.eval(), cfg

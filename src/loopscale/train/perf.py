@@ -1,0 +1,75 @@
+"""Hardware performance helpers: the matmul peak FLOP/s (for MFU) and the tcmalloc preload.
+
+Importing this module does not import torch (the CLI uses ``tcmalloc_library`` before torch loads).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import time
+from pathlib import Path
+
+from loopscale.io import atomic_write_json
+
+TCMALLOC_GLOB = "/usr/lib/*/libtcmalloc_minimal.so.4"
+NO_TCMALLOC_ENV = "LOOPSCALE_NO_TCMALLOC"  # set to 1 to keep glibc malloc
+CACHE_ENV = "LOOPSCALE_CACHE"  # folder of the peak-FLOP/s cache (default ~/.cache/loopscale)
+
+
+def tcmalloc_library() -> str | None:
+    """Path of libtcmalloc_minimal.so.4 when installed and not disabled by $LOOPSCALE_NO_TCMALLOC."""
+    if os.environ.get(NO_TCMALLOC_ENV, "") not in ("", "0"):
+        return None
+    found = sorted(glob.glob(TCMALLOC_GLOB))
+    return found[0] if found else None
+
+
+def tcmalloc_active() -> bool:
+    """True when this process runs with tcmalloc preloaded."""
+    return "tcmalloc" in os.environ.get("LD_PRELOAD", "")
+
+
+def measure_matmul_peak(
+    device: str = "cpu", dtype_name: str = "float32", size: int | None = None, repeats: int = 5
+) -> float:
+    """Best FLOP/s of a square ``size``×``size`` matmul (2·n³ FLOPs) on ``device`` over ``repeats`` runs."""
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    n = size or (8192 if device.startswith("cuda") else 2048)
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    a @ b  # warm-up
+    sync()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a @ b
+        sync()
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best
+
+
+def peak_flops(device: str, dtype_name: str) -> float:
+    """The matmul peak FLOP/s of this machine (measured once, cached per device/dtype/thread count)."""
+    import torch
+
+    if device.startswith("cuda"):
+        key = f"{torch.cuda.get_device_name(device)}|{dtype_name}"
+    else:
+        key = f"cpu|{os.cpu_count()}cpus|{torch.get_num_threads()}threads|{dtype_name}"
+    cache = Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "loopscale")) / "peak_flops.json"
+    try:
+        table = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        table = {}
+    if key not in table:
+        table[key] = measure_matmul_peak(device, dtype_name)
+        try:
+            atomic_write_json(cache, table)
+        except OSError:
+            pass  # a read-only home only costs a re-measurement next time
+    return float(table[key])

@@ -1,0 +1,48 @@
+"""Test-only pause points for the crash-safety tests, loaded through PYTHONPATH by every Python process of
+a test sweep (the executor and each training run). Each pause writes a marker file and sleeps, so the test
+can deliver a real ``kill -9`` at exactly that moment:
+
+- LOOPSCALE_TEST_PAUSE=checkpoint: inside the checkpoint writer, after the weights file and before the
+  optimiser state (a half-written checkpoint folder exists);
+- LOOPSCALE_TEST_PAUSE=between-runs: in the executor, after a run finished and before the next starts.
+
+Markers go to LOOPSCALE_TEST_MARKERS (a folder). Without these variables nothing is patched.
+"""
+
+import os
+import time
+from pathlib import Path
+
+_PAUSE = os.environ.get("LOOPSCALE_TEST_PAUSE")
+_MARKERS = os.environ.get("LOOPSCALE_TEST_MARKERS")
+
+
+def _mark_and_sleep(name: str) -> None:
+    Path(_MARKERS, name).touch()
+    time.sleep(120)
+
+
+if _PAUSE == "checkpoint" and _MARKERS:
+    import loopscale.train.checkpoint as checkpoint
+
+    _save_tensors = checkpoint.save_tensors
+
+    def save_tensors(path, tensors):
+        _save_tensors(path, tensors)
+        if path.name == checkpoint.WEIGHTS:
+            _mark_and_sleep("checkpoint")
+
+    checkpoint.save_tensors = save_tensors
+
+if _PAUSE == "between-runs" and _MARKERS:
+    import loopscale.sweep.executors as executors
+
+    _execute_run = executors.execute_run
+
+    def execute_run(*args, **kwargs):
+        status = _execute_run(*args, **kwargs)
+        if status == "ok":
+            _mark_and_sleep("between-runs")
+        return status
+
+    executors.execute_run = execute_run

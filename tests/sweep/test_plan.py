@@ -1,0 +1,177 @@
+"""`plan --preset paper` reproduces spec §5.2 (N per r, steps, tokens) and §14 V1 (N_once / N_rec)."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loopscale.cli import main
+from loopscale.sweep import plan_sweep, preset
+from loopscale.sweep.plan import run_name
+
+# Spec §5.2, columns: C | s | d | N (M) r=1/2/4/8 | steps r=1/2/4/8 | D = steps·B (B tokens) r=1/2/4/8
+SPEC_GRID = """
+4.64e17 | 6 | 384 | 35.4 / 21.5 / 14.5 / 10.9 | 3726 / 3698 / 3671 / 3618 | 0.977 / 0.969 / 0.962 / 0.948
+4.64e17 | 8 | 512 | 62.9 / 38.3 / 25.7 / 19.4 | 2432 / 2411 / 2391 / 2351 | 0.638 / 0.632 / 0.627 / 0.616
+4.64e17 | 10 | 640 | 98.3 / 59.8 / 40.2 / 30.3 | 1722 / 1706 / 1690 / 1659 | 0.451 / 0.447 / 0.443 / 0.435
+4.64e17 | 12 | 768 | 141.6 / 86.1 / 57.8 / 43.7 | 1288 / 1274 / 1262 / 1237 | 0.338 / 0.334 / 0.331 / 0.324
+1.00e18 | 6 | 384 | 35.4 / 21.5 / 14.5 / 10.9 | 8030 / 7971 / 7912 / 7798 | 2.105 / 2.090 / 2.074 / 2.044
+1.00e18 | 8 | 512 | 62.9 / 38.3 / 25.7 / 19.4 | 5242 / 5197 / 5153 / 5066 | 1.374 / 1.362 / 1.351 / 1.328
+1.00e18 | 10 | 640 | 98.3 / 59.8 / 40.2 / 30.3 | 3712 / 3677 / 3642 / 3575 | 0.973 / 0.964 / 0.955 / 0.937
+1.00e18 | 12 | 768 | 141.6 / 86.1 / 57.8 / 43.7 | 2775 / 2747 / 2719 / 2665 | 0.727 / 0.720 / 0.713 / 0.699
+1.00e18 | 14 | 896 | 192.7 / 117.2 / 78.7 / 59.4 | 2156 / 2133 / 2110 / 2066 | 0.565 / 0.559 / 0.553 / 0.542
+2.15e18 | 8 | 512 | 62.9 / 38.3 / 25.7 / 19.4 | 11270 / 11173 / 11078 / 10893 | 2.954 / 2.929 / 2.904 / 2.856
+2.15e18 | 10 | 640 | 98.3 / 59.8 / 40.2 / 30.3 | 7981 / 7905 / 7831 / 7687 | 2.092 / 2.072 / 2.053 / 2.015
+2.15e18 | 12 | 768 | 141.6 / 86.1 / 57.8 / 43.7 | 5966 / 5905 / 5845 / 5730 | 1.564 / 1.548 / 1.532 / 1.502
+2.15e18 | 14 | 896 | 192.7 / 117.2 / 78.7 / 59.4 | 4636 / 4586 / 4537 / 4443 | 1.215 / 1.202 / 1.189 / 1.165
+2.15e18 | 16 | 1024 | 251.7 / 153.1 / 102.8 / 77.6 | 3710 / 3669 / 3628 / 3549 | 0.973 / 0.962 / 0.951 / 0.930
+4.64e18 | 10 | 640 | 98.3 / 59.8 / 40.2 / 30.3 | 17224 / 17060 / 16900 / 16589 | 4.515 / 4.472 / 4.430 / 4.349
+4.64e18 | 12 | 768 | 141.6 / 86.1 / 57.8 / 43.7 | 12875 / 12744 / 12615 / 12366 | 3.375 / 3.341 / 3.307 / 3.242
+4.64e18 | 14 | 896 | 192.7 / 117.2 / 78.7 / 59.4 | 10005 / 9898 / 9792 / 9588 | 2.623 / 2.595 / 2.567 / 2.513
+4.64e18 | 16 | 1024 | 251.7 / 153.1 / 102.8 / 77.6 | 8007 / 7917 / 7829 / 7659 | 2.099 / 2.075 / 2.052 / 2.008
+4.64e18 | 18 | 1152 | 318.6 / 193.8 / 130.1 / 98.2 | 6558 / 6481 / 6406 / 6262 | 1.719 / 1.699 / 1.679 / 1.642
+4.64e18 | 20 | 1280 | 393.3 / 239.2 / 160.6 / 121.3 | 5471 / 5406 / 5342 / 5218 | 1.434 / 1.417 / 1.400 / 1.368
+1.00e19 | 12 | 768 | 141.6 / 86.1 / 57.8 / 43.7 | 27748 / 27465 / 27188 / 26650 | 7.274 / 7.200 / 7.127 / 6.986
+1.00e19 | 16 | 1024 | 251.7 / 153.1 / 102.8 / 77.6 | 17257 / 17063 / 16873 / 16505 | 4.524 / 4.473 / 4.423 / 4.327
+1.00e19 | 18 | 1152 | 318.6 / 193.8 / 130.1 / 98.2 | 14133 / 13968 / 13807 / 13496 | 3.705 / 3.662 / 3.619 / 3.538
+1.00e19 | 20 | 1280 | 393.3 / 239.2 / 160.6 / 121.3 | 11792 / 11650 / 11512 / 11245 | 3.091 / 3.054 / 3.018 / 2.948
+1.00e19 | 24 | 1536 | 566.3 / 344.5 / 231.2 / 174.6 | 8576 / 8468 / 8363 / 8160 | 2.248 / 2.220 / 2.192 / 2.139
+2.15e19 | 18 | 1152 | 318.6 / 193.8 / 130.1 / 98.2 | 30386 / 30031 / 29685 / 29016 | 7.966 / 7.872 / 7.782 / 7.606
+2.15e19 | 24 | 1536 | 566.3 / 344.5 / 231.2 / 174.6 | 18438 / 18206 / 17980 / 17545 | 4.833 / 4.773 / 4.713 / 4.599
+2.15e19 | 28 | 1792 | 770.8 / 468.9 / 314.7 / 237.7 | 14019 / 13837 / 13659 / 13318 | 3.675 / 3.627 / 3.581 / 3.491
+2.15e19 | 34 | 2176 | 1136.5 / 691.4 / 464.1 / 350.4 | 9873 / 9740 / 9610 / 9361 | 2.588 / 2.553 / 2.519 / 2.454
+"""
+# Spec §14 V1: (s, r) → (N, N_once, N_rec), paper split
+V1 = {
+    (6, 2): (21_538_944, 7_082_112, 14_456_832),
+    (6, 4): (14_457_984, 7_082_112, 7_375_872),
+    (6, 8): (10_917_504, 7_082_112, 3_835_392),
+    (10, 4): (40_152_960, 19_667_840, 20_485_120),
+    (12, 2): (86_135_040, 28_320_000, 57_815_040),
+    (20, 8): (121_260_800, 78_657_280, 42_603_520),
+    (24, 4): (231_240_192, 113_263_104, 117_977_088),
+    (34, 8): (350_420_864, 227_302_784, 123_118_080),
+}
+RS = (1, 2, 4, 8)
+
+
+def spec_cells() -> list[dict]:
+    cells = []
+    for line in SPEC_GRID.strip().splitlines():
+        c, s, d, n_m, steps, d_b = (x.strip() for x in line.split("|"))
+        cells.append({
+            "budget": float(c), "s": int(s), "width": int(d),
+            "n_m": [float(x) for x in n_m.split("/")],
+            "steps": [int(x) for x in steps.split("/")],
+            "tokens_b": [float(x) for x in d_b.split("/")],
+        })
+    return cells
+
+
+def plan_csv(capsys, *args) -> list[dict]:
+    assert main(["plan", *args, "--format", "csv", "--no-probe"]) == 0
+    return list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+
+
+def test_paper_plan_reproduces_spec_grid_table(capsys):
+    rows = plan_csv(capsys, "--preset", "paper")
+    assert len(rows) == 116
+    by_cell = {(float(r["budget"]), int(r["width"]), int(r["r"])): r for r in rows}
+    assert len(by_cell) == 116
+    cells = spec_cells()
+    assert len(cells) == 29
+    for cell in cells:
+        assert cell["width"] == 64 * cell["s"]
+        for i, r in enumerate(RS):
+            row = by_cell[(cell["budget"], cell["width"], r)]
+            n, n_once, n_rec = int(row["n"]), int(row["n_once"]), int(row["n_rec"])
+            assert n_once + n_rec == n
+            assert round(n / 1e6, 1) == cell["n_m"][i], (cell, r)
+            assert int(row["steps"]) == cell["steps"][i], (cell, r)
+            assert int(row["tokens"]) == int(row["steps"]) * 262_144
+            assert round(int(row["tokens"]) / 1e9, 3) == cell["tokens_b"][i], (cell, r)
+            assert int(row["total_flops"]) == int(row["flops_per_token"]) * int(row["tokens"])
+            assert abs(int(row["total_flops"]) / cell["budget"] - 1) < 2e-3  # F·B·steps within ~0.1% of C
+
+
+def test_paper_plan_splits_match_v1():
+    runs = {(run.width // 64, run.r): run for run in plan_sweep(preset("paper"))}
+    for (s, r), (n, n_once, n_rec) in V1.items():
+        run = runs[(s, r)]
+        assert (run.n, run.n_once, run.n_rec) == (n, n_once, n_rec)
+    assert runs[(6, 1)].n == 35_405_952 and runs[(34, 1)].n == 1_136_487_808
+    assert runs[(6, 1)].flops_per_token == 475_047_936
+
+
+def test_case_study_presets_match_spec_5_3():
+    bptt = plan_sweep(preset("paper-truncated-bptt"))
+    hc = plan_sweep(preset("paper-hyperconnections"))
+    assert len(bptt) == 89 and len(hc) == 83
+    for runs, looped in ((bptt, 69), (hc, 63)):
+        anchors = [r for r in runs if r.r == 1]
+        assert len(anchors) == 20 and all(r.group == "anchor" for r in anchors)
+        assert len([r for r in runs if r.r > 1]) == looped
+        assert max(r.budget for r in runs) == 4.64e18
+    paper = {(r.budget, r.width): r for r in plan_sweep(preset("paper")) if r.r == 1}
+    for anchor in (r for r in bptt if r.r == 1):  # the anchors are the main grid's r = 1 runs, unchanged
+        assert anchor.steps == paper[(anchor.budget, anchor.width)].steps
+    for run in (r for r in bptt if r.r > 1):
+        assert run.model.bptt_k == -(-run.r // 2)
+    # spec §14 V3: truncated k = 2 at (1e18, s = 10, r = 4) → 4,771 steps; HC at (2.15e18, s = 18, r = 8) → 3,038
+    assert next(r for r in bptt if (r.budget, r.width, r.r) == (1e18, 640, 4)).steps == 4771
+    assert next(r for r in hc if (r.budget, r.width, r.r) == (2.15e18, 1152, 8)).steps == 3038
+    assert all(r.model.layout().injection == "hyperconnect" for r in hc if r.r > 1)
+    # spec §14 V3: median D_trunc / D_full over the 69 truncated runs is 1.316
+    from loopscale.config import replace
+    from loopscale.paper import grid_runs
+
+    ratios = []
+    for run in (r for r in bptt if r.r > 1):
+        (row,) = grid_runs({run.budget: (run.width,)}, rs=(run.r,), template=replace(run.model, bptt_k=None),
+                           width_unit=1)
+        ratios.append(run.tokens / row["tokens"])
+    assert sorted(ratios)[len(ratios) // 2] == pytest.approx(1.316, abs=5e-4)
+
+
+def test_plan_formats_agree(capsys):
+    rows = plan_csv(capsys, "--preset", "demo")
+    assert main(["plan", "--preset", "demo", "--format", "json", "--no-probe"]) == 0
+    import json
+
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["run"] for r in doc["runs"]] == [r["run"] for r in rows]
+    assert doc["total_flops"] == sum(int(r["total_flops"]) for r in rows)
+    assert main(["plan", "--preset", "demo", "--no-probe"]) == 0
+    table = capsys.readouterr().out
+    assert all(r["run"] in table for r in rows)
+
+
+@pytest.mark.parametrize("name", ["cpu", "demo"])
+def test_scaled_presets_are_iso_depth_grids(name):
+    spec = preset(name)
+    runs = plan_sweep(spec)
+    budgets = sorted({r.budget for r in runs})
+    assert len(budgets) >= 3 and budgets[-1] / budgets[0] >= 10
+    assert len({r.r for r in runs}) >= 3
+    for run in runs:
+        assert run.model.layout().effective_depth == spec.model["depth"]
+        assert run.steps >= 10, run.name
+    if name == "cpu":
+        assert {r.r for r in runs} == {1, 2, 4, 8}
+
+
+@settings(max_examples=40, deadline=None)
+@given(budget=st.floats(min_value=1e5, max_value=1e25, allow_nan=False), width=st.integers(1, 4096),
+       r=st.sampled_from(RS), seed=st.integers(0, 10**6), n_seeds=st.integers(1, 3))
+def test_run_names_are_folder_safe_and_distinct(budget, width, r, seed, n_seeds):
+    from loopscale.sweep.spec import RunGroup
+
+    group = RunGroup(name="g", rs=[r], grid=[])
+    name = run_name(group, budget, width, r, seed, n_seeds)
+    assert "/" not in name and "+" not in name and " " not in name
+    assert name != run_name(group, budget, width + 1, r, seed, n_seeds)
+    assert name != run_name(group, budget * 1.01, width, r, seed, n_seeds)
