@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy.optimize import minimize
 
 from loopscale.errors import UserError
 from loopscale.fit import fit_law, load_table
-from loopscale.fit.fitter import Box, design_for, fit_many
-from loopscale.fit.law import LOWER, UPPER, objective_and_gradient
+from loopscale.fit.fitter import Box, design_for, fit_many, polish
 from loopscale.paper import JOINT_FIT
 
 from .conftest import simulated_grid
@@ -49,39 +47,22 @@ def test_restricted_forms_fit_worse_than_the_free_joint_fit():
     assert r2[1.0] < r2[0.0] - 0.01
 
 
-def _scipy_reference(design, box, starts):
-    """The straightforward protocol: SciPy L-BFGS-B from each start, tight tolerances, keep the best."""
-    free = box.free
-    best = np.inf
-    for x0 in starts:
-
-        def fun(z, x0=x0):
-            x = x0.copy()
-            x[free] = z
-            f, g = objective_and_gradient(x[None], design)
-            return float(f[0]), g[0, free]
-
-        res = minimize(
-            fun,
-            x0[free],
-            jac=True,
-            method="L-BFGS-B",
-            bounds=list(zip(LOWER[free], UPPER[free])),
-            options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 10_000},
-        )
-        best = min(best, res.fun)
-    return best
-
-
 @pytest.mark.parametrize("noise_seed", [2, 3])
 def test_batched_optimum_equals_the_scipy_loop_from_the_same_starts(noise_seed):
-    """Cheap subset of the benchmark's proof: 20 shared start points, same best objective to 1e-10."""
+    """Cheap subset of the benchmark's proof: 20 shared start points, same best objective to 1e-10.
+
+    The two methods descend along different paths, so a single start may end in different basins; with
+    20 starts (about 1 in 4 reaches the global optimum) both find it. With too few starts the plain loop
+    can miss it while the batched fitter does not (seen with 12 starts at seed 3).
+    """
     table = load_table(simulated_grid(noise=0.01, seed=noise_seed))
     design = design_for(table, plain=False)
     box = Box.for_form(None)
     starts = box.starts(np.random.default_rng(noise_seed), 20)
     ours = fit_many(design, box, None, 0, np.random.default_rng(0), extra_starts=starts)[0]
-    assert ours.objective == pytest.approx(_scipy_reference(design, box, starts), abs=1e-10)
+    # The reference: one SciPy L-BFGS-B run (ftol 1e-15, gtol 1e-12) from each start, best kept.
+    reference = min(polish(design, x0, box.free)[1] for x0 in starts)
+    assert ours.objective == pytest.approx(reference, abs=1e-10)
 
 
 def test_bad_fits_are_refused_with_one_line():

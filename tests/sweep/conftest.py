@@ -33,8 +33,17 @@ def tiny_dataset(tmp_path_factory) -> Path:
             row[noise] = rng.integers(1, VOCAB, noise.sum())
             writer.add(row)
         splits[split] = writer.close()
-    return finish_build(folder, {"vocab_size": VOCAB, "bos_id": 0, "seq_len": SEQ_LEN, "row_len": SEQ_LEN + 1,
-                                 "dtype": dtype.name, "splits": splits})
+    return finish_build(
+        folder,
+        {
+            "vocab_size": VOCAB,
+            "bos_id": 0,
+            "seq_len": SEQ_LEN,
+            "row_len": SEQ_LEN + 1,
+            "dtype": dtype.name,
+            "splits": splits,
+        },
+    )
 
 
 @pytest.fixture(scope="session")

@@ -36,8 +36,9 @@ DIVERGING_GROUP = """  - name: diverge
 """
 
 
-def write_spec(tmp_path: Path, data: Path, *, budget: float = BUDGET, rs=(1, 2), widths=(16,),
-               diverging: bool = False) -> Path:
+def write_spec(
+    tmp_path: Path, data: Path, *, budget: float = BUDGET, rs=(1, 2), widths=(16,), diverging: bool = False
+) -> Path:
     """The tiny sweep spec (main group: ``rs`` × ``widths`` at ``budget``; optionally a diverging group)."""
     path = tmp_path / "spec.yaml"
     extra = DIVERGING_GROUP.format(budget=budget) if diverging else ""
@@ -57,8 +58,11 @@ def env_with(pause: str | None = None, markers: Path | None = None) -> dict:
     """The environment of a test sweep; ``pause`` activates a crash hook (crash_hooks/sitecustomize.py)."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
     if pause:
-        env.update(PYTHONPATH=os.pathsep.join([str(HOOKS), env.get("PYTHONPATH", "")]),
-                   LOOPSCALE_TEST_PAUSE=pause, LOOPSCALE_TEST_MARKERS=str(markers))
+        env.update(
+            PYTHONPATH=os.pathsep.join([str(HOOKS), env.get("PYTHONPATH", "")]),
+            LOOPSCALE_TEST_PAUSE=pause,
+            LOOPSCALE_TEST_MARKERS=str(markers),
+        )
     return env
 
 
@@ -80,8 +84,9 @@ def law_loss(n_once: float, n_rec: float, r: int, tokens: float, coef: dict = LA
     return coef["E"] + coef["A"] * n_eff ** -coef["alpha"] + coef["B"] * tokens ** -coef["beta"]
 
 
-def synthetic_sweep(root: Path, preset_name: str = "demo", failed: str | None = None,
-                    axes: bool = False) -> list:
+def synthetic_sweep(
+    root: Path, preset_name: str = "demo", failed: str | None = None, axes: bool = False
+) -> list:
     """A finished sweep folder whose result.json losses follow LAW exactly (no training): sweep.yaml from
     the preset, one result.json per run; ``failed`` names a run recorded as diverged; ``axes`` adds an
     eval.json with two axis losses per run."""
@@ -99,12 +104,21 @@ def synthetic_sweep(root: Path, preset_name: str = "demo", failed: str | None = 
         folder.mkdir(parents=True)
         loss = law_loss(run.n_once, run.n_rec, run.r, run.tokens)
         ok = run.name != failed
-        result = {"status": "ok" if ok else "failed", "reason": None if ok else "non-finite loss at step 7",
-                  "n": run.n, "n_once": run.n_once, "n_rec": run.n_rec, "flops_per_token": run.flops_per_token,
-                  "tokens": run.tokens, "steps": run.steps, "val_loss": loss if ok else None,
-                  "wall_time_s": 1.0}
+        result = {
+            "status": "ok" if ok else "failed",
+            "reason": None if ok else "non-finite loss at step 7",
+            "n": run.n,
+            "n_once": run.n_once,
+            "n_rec": run.n_rec,
+            "flops_per_token": run.flops_per_token,
+            "tokens": run.tokens,
+            "steps": run.steps,
+            "val_loss": loss if ok else None,
+            "wall_time_s": 1.0,
+        }
         (folder / "result.json").write_text(json.dumps(result))
         if axes:
-            (folder / "eval.json").write_text(json.dumps({"axes": {"knowledge": loss + 0.5,
-                                                                   "reading": {"loss": loss - 0.2}}}))
+            (folder / "eval.json").write_text(
+                json.dumps({"axes": {"knowledge": loss + 0.5, "reading": {"loss": loss - 0.2}}})
+            )
     return runs

@@ -9,6 +9,10 @@ from pathlib import Path
 import pytest
 
 from loopscale.cli import main
+from loopscale.sweep import load_spec
+from loopscale.sweep.rundir import init_sweep
+
+from .helpers import synthetic_sweep
 
 GOOD = """
 name: tiny
@@ -63,8 +67,12 @@ def test_bad_spec_is_one_line_exit_2(tmp_path, capsys, text, expected):
 
 
 def test_error_names_the_run(tmp_path, capsys):
-    code, err = run_cli(capsys, "plan", str(write(tmp_path, GOOD.replace("widths: [16, 32]", "widths: [16, 40]"))),
-                        "--no-probe")
+    code, err = run_cli(
+        capsys,
+        "plan",
+        str(write(tmp_path, GOOD.replace("widths: [16, 32]", "widths: [16, 40]"))),
+        "--no-probe",
+    )
     assert code == 2 and "run main_C1e9_d40_r1" in err
 
 
@@ -85,4 +93,43 @@ def test_good_spec_plans(tmp_path, capsys):
     assert main(["plan", str(write(tmp_path, GOOD)), "--format", "json", "--no-probe"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [r["run"] for r in doc["runs"]] == [
-        "main_C1e9_d16_r1", "main_C1e9_d16_r2", "main_C1e9_d32_r1", "main_C1e9_d32_r2"]
+        "main_C1e9_d16_r1",
+        "main_C1e9_d16_r2",
+        "main_C1e9_d32_r1",
+        "main_C1e9_d32_r2",
+    ]
+
+
+def test_truncated_result_json_is_one_line_and_nothing_is_lost(tmp_path, capsys):
+    root = tmp_path / "sweep"
+    runs = synthetic_sweep(root, "demo")
+    assert main(["collect", str(root)]) == 0
+    capsys.readouterr()
+    table_before = (root / "results.csv").read_bytes()
+    victim = root / "runs" / runs[3].name / "result.json"
+    truncated = victim.read_bytes()[:40]
+    victim.write_bytes(truncated)
+    for argv in (["collect", str(root)], ["report", str(root), "--restarts", "5", "--bootstrap", "0"],
+                 ["sweep", "--out", str(root)]):
+        code, err = run_cli(capsys, *argv)
+        assert code == 2, argv
+        assert len(err.splitlines()) == 1 and str(victim) in err and "truncated" in err
+        assert victim.read_bytes() == truncated  # the evidence is kept
+        assert (root / "results.csv").read_bytes() == table_before  # the last good table is kept
+        assert not (root / "report").exists()
+
+
+def test_sweep_refuses_missing_data_and_a_different_spec(tmp_path, capsys, tiny_dataset):
+    spec = write(tmp_path, GOOD + "train: {data: {path: /nonexistent/dataset}}\n")
+    out = tmp_path / "out"
+    code, err = run_cli(capsys, "sweep", str(spec), "--out", str(out))
+    assert code == 2 and "/nonexistent/dataset" in err and len(err.splitlines()) == 1
+    assert not out.exists()  # nothing written before every run checked out
+    train = f"train: {{data: {{path: {tiny_dataset}}}, optim: {{ref_r_looped: 2}}}}\n"
+    good = write(tmp_path, GOOD + train, "good.yaml")
+    init_sweep(load_spec(good), out)
+    before = (out / "sweep.yaml").read_bytes()
+    other = write(tmp_path, GOOD.replace("1e9", "2e9") + train, "other.yaml")
+    code, err = run_cli(capsys, "sweep", str(other), "--out", str(out))
+    assert code == 2 and "already holds a different sweep" in err
+    assert (out / "sweep.yaml").read_bytes() == before

@@ -44,8 +44,13 @@ def test_kill_9_then_rerun_gives_the_uninterrupted_table(reference, tmp_path, mo
     markers.mkdir()
     first = out / "runs" / next(iter(expected))
     pause = None if moment == "mid-run" else moment
-    proc = subprocess.Popen(sweep_cmd(out, spec), env=env_with(pause, markers), start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        sweep_cmd(out, spec),
+        env=env_with(pause, markers),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     if moment == "mid-run":
         ckpt, metrics = first / "checkpoints" / "latest", first / "metrics.jsonl"
         kill_when(proc, lambda: ckpt.exists() and metrics_lines(metrics) > 30)
@@ -77,7 +82,10 @@ def test_diverging_run_is_recorded_and_the_sweep_continues(tiny_dataset, tmp_pat
     assert order == ["main_C5e8_d16_r1", "diverge_C5e8_d16_r2", "main_C5e8_d32_r1"]  # it continued after it
     table = results(out)
     assert {name: status for name, (status, _) in table.items()} == {
-        "main_C5e8_d16_r1": "ok", "diverge_C5e8_d16_r2": "failed", "main_C5e8_d32_r1": "ok"}
+        "main_C5e8_d16_r1": "ok",
+        "diverge_C5e8_d16_r2": "failed",
+        "main_C5e8_d32_r1": "ok",
+    }
     with open(out / "results.csv") as fh:
         row = next(r for r in csv.DictReader(fh) if r["run"] == "diverge_C5e8_d16_r2")
     assert "finite" in row["reason"].lower() and row["loss"] == "nan"

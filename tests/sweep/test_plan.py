@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import csv
 import io
+import json
+import math
+import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -11,39 +15,39 @@ from hypothesis import strategies as st
 
 from loopscale.cli import main
 from loopscale.sweep import plan_sweep, preset
-from loopscale.sweep.plan import run_name
+from loopscale.sweep.plan import ThroughputProbe, format_plan, run_name
 
 # Spec §5.2, columns: C | s | d | N (M) r=1/2/4/8 | steps r=1/2/4/8 | D = steps·B (B tokens) r=1/2/4/8
 SPEC_GRID = """
-4.64e17 | 6 | 384 | 35.4 / 21.5 / 14.5 / 10.9 | 3726 / 3698 / 3671 / 3618 | 0.977 / 0.969 / 0.962 / 0.948
-4.64e17 | 8 | 512 | 62.9 / 38.3 / 25.7 / 19.4 | 2432 / 2411 / 2391 / 2351 | 0.638 / 0.632 / 0.627 / 0.616
-4.64e17 | 10 | 640 | 98.3 / 59.8 / 40.2 / 30.3 | 1722 / 1706 / 1690 / 1659 | 0.451 / 0.447 / 0.443 / 0.435
-4.64e17 | 12 | 768 | 141.6 / 86.1 / 57.8 / 43.7 | 1288 / 1274 / 1262 / 1237 | 0.338 / 0.334 / 0.331 / 0.324
-1.00e18 | 6 | 384 | 35.4 / 21.5 / 14.5 / 10.9 | 8030 / 7971 / 7912 / 7798 | 2.105 / 2.090 / 2.074 / 2.044
-1.00e18 | 8 | 512 | 62.9 / 38.3 / 25.7 / 19.4 | 5242 / 5197 / 5153 / 5066 | 1.374 / 1.362 / 1.351 / 1.328
-1.00e18 | 10 | 640 | 98.3 / 59.8 / 40.2 / 30.3 | 3712 / 3677 / 3642 / 3575 | 0.973 / 0.964 / 0.955 / 0.937
-1.00e18 | 12 | 768 | 141.6 / 86.1 / 57.8 / 43.7 | 2775 / 2747 / 2719 / 2665 | 0.727 / 0.720 / 0.713 / 0.699
-1.00e18 | 14 | 896 | 192.7 / 117.2 / 78.7 / 59.4 | 2156 / 2133 / 2110 / 2066 | 0.565 / 0.559 / 0.553 / 0.542
-2.15e18 | 8 | 512 | 62.9 / 38.3 / 25.7 / 19.4 | 11270 / 11173 / 11078 / 10893 | 2.954 / 2.929 / 2.904 / 2.856
-2.15e18 | 10 | 640 | 98.3 / 59.8 / 40.2 / 30.3 | 7981 / 7905 / 7831 / 7687 | 2.092 / 2.072 / 2.053 / 2.015
-2.15e18 | 12 | 768 | 141.6 / 86.1 / 57.8 / 43.7 | 5966 / 5905 / 5845 / 5730 | 1.564 / 1.548 / 1.532 / 1.502
-2.15e18 | 14 | 896 | 192.7 / 117.2 / 78.7 / 59.4 | 4636 / 4586 / 4537 / 4443 | 1.215 / 1.202 / 1.189 / 1.165
-2.15e18 | 16 | 1024 | 251.7 / 153.1 / 102.8 / 77.6 | 3710 / 3669 / 3628 / 3549 | 0.973 / 0.962 / 0.951 / 0.930
-4.64e18 | 10 | 640 | 98.3 / 59.8 / 40.2 / 30.3 | 17224 / 17060 / 16900 / 16589 | 4.515 / 4.472 / 4.430 / 4.349
-4.64e18 | 12 | 768 | 141.6 / 86.1 / 57.8 / 43.7 | 12875 / 12744 / 12615 / 12366 | 3.375 / 3.341 / 3.307 / 3.242
-4.64e18 | 14 | 896 | 192.7 / 117.2 / 78.7 / 59.4 | 10005 / 9898 / 9792 / 9588 | 2.623 / 2.595 / 2.567 / 2.513
-4.64e18 | 16 | 1024 | 251.7 / 153.1 / 102.8 / 77.6 | 8007 / 7917 / 7829 / 7659 | 2.099 / 2.075 / 2.052 / 2.008
-4.64e18 | 18 | 1152 | 318.6 / 193.8 / 130.1 / 98.2 | 6558 / 6481 / 6406 / 6262 | 1.719 / 1.699 / 1.679 / 1.642
-4.64e18 | 20 | 1280 | 393.3 / 239.2 / 160.6 / 121.3 | 5471 / 5406 / 5342 / 5218 | 1.434 / 1.417 / 1.400 / 1.368
-1.00e19 | 12 | 768 | 141.6 / 86.1 / 57.8 / 43.7 | 27748 / 27465 / 27188 / 26650 | 7.274 / 7.200 / 7.127 / 6.986
-1.00e19 | 16 | 1024 | 251.7 / 153.1 / 102.8 / 77.6 | 17257 / 17063 / 16873 / 16505 | 4.524 / 4.473 / 4.423 / 4.327
-1.00e19 | 18 | 1152 | 318.6 / 193.8 / 130.1 / 98.2 | 14133 / 13968 / 13807 / 13496 | 3.705 / 3.662 / 3.619 / 3.538
-1.00e19 | 20 | 1280 | 393.3 / 239.2 / 160.6 / 121.3 | 11792 / 11650 / 11512 / 11245 | 3.091 / 3.054 / 3.018 / 2.948
-1.00e19 | 24 | 1536 | 566.3 / 344.5 / 231.2 / 174.6 | 8576 / 8468 / 8363 / 8160 | 2.248 / 2.220 / 2.192 / 2.139
-2.15e19 | 18 | 1152 | 318.6 / 193.8 / 130.1 / 98.2 | 30386 / 30031 / 29685 / 29016 | 7.966 / 7.872 / 7.782 / 7.606
-2.15e19 | 24 | 1536 | 566.3 / 344.5 / 231.2 / 174.6 | 18438 / 18206 / 17980 / 17545 | 4.833 / 4.773 / 4.713 / 4.599
-2.15e19 | 28 | 1792 | 770.8 / 468.9 / 314.7 / 237.7 | 14019 / 13837 / 13659 / 13318 | 3.675 / 3.627 / 3.581 / 3.491
-2.15e19 | 34 | 2176 | 1136.5 / 691.4 / 464.1 / 350.4 | 9873 / 9740 / 9610 / 9361 | 2.588 / 2.553 / 2.519 / 2.454
+4.64e17 | 6 | 384 | 35.4/21.5/14.5/10.9 | 3726/3698/3671/3618 | 0.977/0.969/0.962/0.948
+4.64e17 | 8 | 512 | 62.9/38.3/25.7/19.4 | 2432/2411/2391/2351 | 0.638/0.632/0.627/0.616
+4.64e17 | 10 | 640 | 98.3/59.8/40.2/30.3 | 1722/1706/1690/1659 | 0.451/0.447/0.443/0.435
+4.64e17 | 12 | 768 | 141.6/86.1/57.8/43.7 | 1288/1274/1262/1237 | 0.338/0.334/0.331/0.324
+1.00e18 | 6 | 384 | 35.4/21.5/14.5/10.9 | 8030/7971/7912/7798 | 2.105/2.090/2.074/2.044
+1.00e18 | 8 | 512 | 62.9/38.3/25.7/19.4 | 5242/5197/5153/5066 | 1.374/1.362/1.351/1.328
+1.00e18 | 10 | 640 | 98.3/59.8/40.2/30.3 | 3712/3677/3642/3575 | 0.973/0.964/0.955/0.937
+1.00e18 | 12 | 768 | 141.6/86.1/57.8/43.7 | 2775/2747/2719/2665 | 0.727/0.720/0.713/0.699
+1.00e18 | 14 | 896 | 192.7/117.2/78.7/59.4 | 2156/2133/2110/2066 | 0.565/0.559/0.553/0.542
+2.15e18 | 8 | 512 | 62.9/38.3/25.7/19.4 | 11270/11173/11078/10893 | 2.954/2.929/2.904/2.856
+2.15e18 | 10 | 640 | 98.3/59.8/40.2/30.3 | 7981/7905/7831/7687 | 2.092/2.072/2.053/2.015
+2.15e18 | 12 | 768 | 141.6/86.1/57.8/43.7 | 5966/5905/5845/5730 | 1.564/1.548/1.532/1.502
+2.15e18 | 14 | 896 | 192.7/117.2/78.7/59.4 | 4636/4586/4537/4443 | 1.215/1.202/1.189/1.165
+2.15e18 | 16 | 1024 | 251.7/153.1/102.8/77.6 | 3710/3669/3628/3549 | 0.973/0.962/0.951/0.930
+4.64e18 | 10 | 640 | 98.3/59.8/40.2/30.3 | 17224/17060/16900/16589 | 4.515/4.472/4.430/4.349
+4.64e18 | 12 | 768 | 141.6/86.1/57.8/43.7 | 12875/12744/12615/12366 | 3.375/3.341/3.307/3.242
+4.64e18 | 14 | 896 | 192.7/117.2/78.7/59.4 | 10005/9898/9792/9588 | 2.623/2.595/2.567/2.513
+4.64e18 | 16 | 1024 | 251.7/153.1/102.8/77.6 | 8007/7917/7829/7659 | 2.099/2.075/2.052/2.008
+4.64e18 | 18 | 1152 | 318.6/193.8/130.1/98.2 | 6558/6481/6406/6262 | 1.719/1.699/1.679/1.642
+4.64e18 | 20 | 1280 | 393.3/239.2/160.6/121.3 | 5471/5406/5342/5218 | 1.434/1.417/1.400/1.368
+1.00e19 | 12 | 768 | 141.6/86.1/57.8/43.7 | 27748/27465/27188/26650 | 7.274/7.200/7.127/6.986
+1.00e19 | 16 | 1024 | 251.7/153.1/102.8/77.6 | 17257/17063/16873/16505 | 4.524/4.473/4.423/4.327
+1.00e19 | 18 | 1152 | 318.6/193.8/130.1/98.2 | 14133/13968/13807/13496 | 3.705/3.662/3.619/3.538
+1.00e19 | 20 | 1280 | 393.3/239.2/160.6/121.3 | 11792/11650/11512/11245 | 3.091/3.054/3.018/2.948
+1.00e19 | 24 | 1536 | 566.3/344.5/231.2/174.6 | 8576/8468/8363/8160 | 2.248/2.220/2.192/2.139
+2.15e19 | 18 | 1152 | 318.6/193.8/130.1/98.2 | 30386/30031/29685/29016 | 7.966/7.872/7.782/7.606
+2.15e19 | 24 | 1536 | 566.3/344.5/231.2/174.6 | 18438/18206/17980/17545 | 4.833/4.773/4.713/4.599
+2.15e19 | 28 | 1792 | 770.8/468.9/314.7/237.7 | 14019/13837/13659/13318 | 3.675/3.627/3.581/3.491
+2.15e19 | 34 | 2176 | 1136.5/691.4/464.1/350.4 | 9873/9740/9610/9361 | 2.588/2.553/2.519/2.454
 """
 # Spec §14 V1: (s, r) → (N, N_once, N_rec), paper split
 V1 = {
@@ -63,12 +67,16 @@ def spec_cells() -> list[dict]:
     cells = []
     for line in SPEC_GRID.strip().splitlines():
         c, s, d, n_m, steps, d_b = (x.strip() for x in line.split("|"))
-        cells.append({
-            "budget": float(c), "s": int(s), "width": int(d),
-            "n_m": [float(x) for x in n_m.split("/")],
-            "steps": [int(x) for x in steps.split("/")],
-            "tokens_b": [float(x) for x in d_b.split("/")],
-        })
+        cells.append(
+            {
+                "budget": float(c),
+                "s": int(s),
+                "width": int(d),
+                "n_m": [float(x) for x in n_m.split("/")],
+                "steps": [int(x) for x in steps.split("/")],
+                "tokens_b": [float(x) for x in d_b.split("/")],
+            }
+        )
     return cells
 
 
@@ -121,7 +129,7 @@ def test_case_study_presets_match_spec_5_3():
         assert anchor.steps == paper[(anchor.budget, anchor.width)].steps
     for run in (r for r in bptt if r.r > 1):
         assert run.model.bptt_k == -(-run.r // 2)
-    # spec §14 V3: truncated k = 2 at (1e18, s = 10, r = 4) → 4,771 steps; HC at (2.15e18, s = 18, r = 8) → 3,038
+    # spec §14 V3: truncated k = 2 at (1e18, s = 10, r = 4) → 4,771 steps; HC (2.15e18, s = 18, r = 8) → 3,038
     assert next(r for r in bptt if (r.budget, r.width, r.r) == (1e18, 640, 4)).steps == 4771
     assert next(r for r in hc if (r.budget, r.width, r.r) == (2.15e18, 1152, 8)).steps == 3038
     assert all(r.model.layout().injection == "hyperconnect" for r in hc if r.r > 1)
@@ -131,8 +139,9 @@ def test_case_study_presets_match_spec_5_3():
 
     ratios = []
     for run in (r for r in bptt if r.r > 1):
-        (row,) = grid_runs({run.budget: (run.width,)}, rs=(run.r,), template=replace(run.model, bptt_k=None),
-                           width_unit=1)
+        (row,) = grid_runs(
+            {run.budget: (run.width,)}, rs=(run.r,), template=replace(run.model, bptt_k=None), width_unit=1
+        )
         ratios.append(run.tokens / row["tokens"])
     assert sorted(ratios)[len(ratios) // 2] == pytest.approx(1.316, abs=5e-4)
 
@@ -140,8 +149,6 @@ def test_case_study_presets_match_spec_5_3():
 def test_plan_formats_agree(capsys):
     rows = plan_csv(capsys, "--preset", "demo")
     assert main(["plan", "--preset", "demo", "--format", "json", "--no-probe"]) == 0
-    import json
-
     doc = json.loads(capsys.readouterr().out)
     assert [r["run"] for r in doc["runs"]] == [r["run"] for r in rows]
     assert doc["total_flops"] == sum(int(r["total_flops"]) for r in rows)
@@ -165,8 +172,13 @@ def test_scaled_presets_are_iso_depth_grids(name):
 
 
 @settings(max_examples=40, deadline=None)
-@given(budget=st.floats(min_value=1e5, max_value=1e25, allow_nan=False), width=st.integers(1, 4096),
-       r=st.sampled_from(RS), seed=st.integers(0, 10**6), n_seeds=st.integers(1, 3))
+@given(
+    budget=st.floats(min_value=1e5, max_value=1e25, allow_nan=False),
+    width=st.integers(1, 4096),
+    r=st.sampled_from(RS),
+    seed=st.integers(0, 10**6),
+    n_seeds=st.integers(1, 3),
+)
 def test_run_names_are_folder_safe_and_distinct(budget, width, r, seed, n_seeds):
     from loopscale.sweep.spec import RunGroup
 
@@ -175,3 +187,36 @@ def test_run_names_are_folder_safe_and_distinct(budget, width, r, seed, n_seeds)
     assert "/" not in name and "+" not in name and " " not in name
     assert name != run_name(group, budget, width + 1, r, seed, n_seeds)
     assert name != run_name(group, budget * 1.01, width, r, seed, n_seeds)
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).parents[2] / "configs" / "sweeps").glob("*.yaml")))
+def test_example_specs_plan(path, capsys):
+    assert main(["plan", str(path), "--no-probe", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["runs"] and doc["sweep"] == path.stem
+
+
+def test_plan_probe_prints_a_labelled_estimate(tmp_path, capsys):
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(
+        "name: tiny\nbatch_tokens: 64\n"
+        "model: {depth: 4, prelude: 1, coda: 1, head_dim: 16, vocab_size: 64, seq_len: 16}\n"
+        "train: {optim: {ref_r_looped: 2}}\n"
+        "groups: [{name: main, rs: [1, 2], grid: [{budget: 1e9, widths: [16, 32, 48]}]}]\n"
+    )
+    assert main(["plan", str(spec), "--workers", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "est. time" in out.splitlines()[0]
+    assert "ESTIMATE of wall time on this machine" in out and "with 2 worker(s)" in out
+    assert re.search(r"GFLOP/s per run d=16: [\d.]+, d=32: [\d.]+, d=48: [\d.]+", out)
+
+
+def test_estimate_spreads_runs_over_workers():
+    spec = preset("demo")
+    runs = plan_sweep(spec)
+    probe = ThroughputProbe(flops_per_s={16: 1e10, 48: 4e10}, device="cpu", threads=1, workers=2)
+    assert probe.rate(16) == 1e10 and probe.rate(8) == 1e10 and probe.rate(96) == 4e10
+    assert probe.rate(32) == pytest.approx(1e10 * 4 ** (math.log(2) / math.log(3)))  # log-linear in width
+    doc = json.loads(format_plan(spec, runs, "json", probe))
+    expected = sum(r.total_flops / probe.rate(r.width) for r in runs) / 2
+    assert doc["estimate"]["seconds"] == pytest.approx(expected, abs=0.1)

@@ -23,14 +23,19 @@ pytestmark = pytest.mark.slurm
 def slurm_cluster(tmp_path_factory):
     """Start the single-node cluster; yields the env for clients, or None where it cannot start."""
     state = tmp_path_factory.mktemp("slurm")
-    up = subprocess.run([str(ROOT / "scripts" / "slurm_up.sh"), str(state)], capture_output=True, text=True,
-                        timeout=600)
+    up = subprocess.run(
+        [str(ROOT / "scripts" / "slurm_up.sh"), str(state)], capture_output=True, text=True, timeout=600
+    )
     if up.returncode != 0:
         print(f"SLURM unavailable, falling back to submitit's local executor: {up.stderr.strip()[-300:]}")
         yield None
         return
-    env = dict(os.environ, SLURM_CONF=str(state / "slurm.conf"),
-               PATH=os.pathsep.join([str(state / "bin"), os.environ["PATH"]]), OMP_NUM_THREADS="1")
+    env = dict(
+        os.environ,
+        SLURM_CONF=str(state / "slurm.conf"),
+        PATH=os.pathsep.join([str(state / "bin"), os.environ["PATH"]]),
+        OMP_NUM_THREADS="1",
+    )
     try:
         yield env
     finally:
@@ -42,18 +47,36 @@ def test_sweep_through_slurm_array_job(slurm_cluster, reference, tmp_path):
         pytest.skip("no SLURM cluster on this machine (see the fixture output); the local fallback test runs")
     spec, expected = reference
     env, out = slurm_cluster, tmp_path / "sweep"
-    resume = [sys.executable, "-m", "loopscale", "sweep", "--out", str(out), "--executor", "slurm",
-              "--workers", "2", "--timeout-min", "10"]
+    resume = [
+        sys.executable,
+        "-m",
+        "loopscale",
+        "sweep",
+        "--out",
+        str(out),
+        "--executor",
+        "slurm",
+        "--workers",
+        "2",
+        "--timeout-min",
+        "10",
+    ]
     # 1) submit, then cancel the array job while a task runs: its runs are stopped (pending), not lost
-    proc = subprocess.Popen([*resume[:4], str(spec), *resume[4:]], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*resume[:4], str(spec), *resume[4:]],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     first = out / "runs" / next(iter(expected))
     deadline = time.monotonic() + 120
     while not (first / "metrics.jsonl").exists():
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
-    queue = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-o", "%i"], env=env, capture_output=True,
-                           text=True).stdout.split()
+    queue = subprocess.run(
+        ["squeue", "-h", "-r", "-t", "all", "-o", "%i"], env=env, capture_output=True, text=True
+    ).stdout.split()
     array_ids = {job.split("_")[0] for job in queue if "_" in job}
     assert len(array_ids) == 1, queue  # one array job for the whole sweep
     subprocess.run(["scancel", array_ids.pop()], env=env, check=True)

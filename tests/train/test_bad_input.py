@@ -188,6 +188,12 @@ def test_existing_run_without_resume(interrupted_run, capsys):
 
 
 def test_interrupted_run_resumes_in_process(interrupted_run, capsys):
+    metrics = interrupted_run / "metrics.jsonl"
+    assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == [1, 2, 3, 4, 5]
+    with metrics.open("a") as fh:
+        fh.write('{"step": 6, "loss": 1.')  # a line cut by kill -9
     assert main(resume_argv(interrupted_run) + ["--out", str(interrupted_run)]) == 0
+    # step 5 came after the step-4 checkpoint: it is redone and logged once; the cut line is dropped
+    assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == [1, 2, 3, 4, 5]
     assert json.loads((interrupted_run / "result.json").read_text())["status"] == "ok"
     assert "val_loss" in capsys.readouterr().out

@@ -70,23 +70,11 @@ def _template(path: str | None):
     return None if path is None else from_dict(ModelConfig, load_yaml(path), "model")
 
 
-def _check_counts(args: argparse.Namespace) -> None:
-    from loopscale.errors import UserError
-
-    if args.restarts < 1:
-        raise UserError(f"--restarts must be >= 1, got {args.restarts}")
-    if args.bootstrap < 0 or args.bootstrap == 1:
-        raise UserError(f"--bootstrap must be 0 or >= 2, got {args.bootstrap}")
-    if args.bootstrap_restarts is not None and args.bootstrap_restarts < 0:
-        raise UserError(f"--bootstrap-restarts must be >= 0, got {args.bootstrap_restarts}")
-
-
 def run_fit(args: argparse.Namespace) -> int:
     from loopscale.fit import load_table, plot_protocol, run_protocol
     from loopscale.fit.bootstrap import BOOTSTRAP_RESTARTS
     from loopscale.io import atomic_write_json
 
-    _check_counts(args)
     table = load_table(args.table)
     protocol = run_protocol(
         table,
@@ -159,7 +147,6 @@ def run_compare(args: argparse.Namespace) -> int:
     from loopscale.fit.bootstrap import BOOTSTRAP_RESTARTS
     from loopscale.io import atomic_write_json
 
-    _check_counts(args)
     out = compare_phi(
         load_table(args.base),
         load_table(args.variant),

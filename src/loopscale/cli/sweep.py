@@ -17,21 +17,30 @@ DEFAULT_DEMO_OUT = Path("runs/demo")
 
 def _add_spec_args(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("spec", nargs=None if required else "?", metavar="SPEC", help="sweep YAML file")
-    p.add_argument("--preset", help="a named sweep instead of SPEC: paper, paper-truncated-bptt, "
-                                     "paper-hyperconnections, cpu, demo")
+    p.add_argument(
+        "--preset",
+        help="a named sweep instead of SPEC: paper, paper-truncated-bptt, paper-hyperconnections, cpu, demo",
+    )
 
 
 def _add_fit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--restarts", type=int, default=500, help="L-BFGS-B random restarts per fit (spec §8.3)")
-    p.add_argument("--bootstrap", type=int, default=200, help="cell-bootstrap resamples for the φ CI (spec §8.4)")
+    p.add_argument(
+        "--bootstrap", type=int, default=200, help="cell-bootstrap resamples for the φ CI (spec §8.4)"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the fit's restarts and bootstrap")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("plan", help="list every run of a sweep: N_once, N_rec, FLOPs/token, steps, tokens, est. time")
+    p = sub.add_parser(
+        "plan", help="list every run of a sweep: N_once, N_rec, FLOPs/token, steps, tokens, est. time"
+    )
     _add_spec_args(p, required=False)
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
-    p.add_argument("--no-probe", action="store_true", help="skip the throughput probe (no wall-time estimate)")
+    p.add_argument("--workers", type=int, default=1, help="concurrent runs the wall-time estimate assumes")
+    p.add_argument(
+        "--no-probe", action="store_true", help="skip the throughput probe (no wall-time estimate)"
+    )
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("sweep", help="run a sweep (new or resumed) locally or on SLURM")
@@ -39,11 +48,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, type=Path, help="sweep folder (rerun the same command to resume)")
     p.add_argument("--data", help="packed dataset folder for every run (sets train.data.path)")
     p.add_argument("--executor", choices=["local", "slurm"], default="local")
-    p.add_argument("--workers", type=int, default=1, help="local: concurrent runs; slurm: max concurrent tasks")
+    p.add_argument(
+        "--workers", type=int, default=1, help="local: concurrent runs; slurm: max concurrent tasks"
+    )
     p.add_argument("--threads", type=int, help="CPU threads per run (default: cores / workers)")
     g = p.add_argument_group("slurm")
     g.add_argument("--partition")
-    g.add_argument("--timeout-min", type=int, default=60, help="per task; a timed-out task is requeued and resumes")
+    g.add_argument(
+        "--timeout-min", type=int, default=60, help="per task; a timed-out task is requeued and resumes"
+    )
     g.add_argument("--cpus-per-task", type=int, default=1)
     g.add_argument("--gpus-per-task", type=int, default=0)
     g.add_argument("--mem-gb", type=float)
@@ -60,9 +73,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_fit_args(p)
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("demo", help="the whole pipeline on 2 CPU cores in about 10 minutes: data → sweep → fit → "
-                                    "report")
-    p.add_argument("--out", type=Path, default=DEFAULT_DEMO_OUT, help=f"sweep folder (default {DEFAULT_DEMO_OUT})")
+    p = sub.add_parser(
+        "demo", help="the whole pipeline on 2 CPU cores in about 10 minutes: data → sweep → fit → report"
+    )
+    p.add_argument(
+        "--out", type=Path, default=DEFAULT_DEMO_OUT, help=f"sweep folder (default {DEFAULT_DEMO_OUT})"
+    )
     p.add_argument("--data-root", type=Path, default=Path("data"), help="where the default corpus is built")
     p.add_argument("--workers", type=int, default=2, help="concurrent runs (one thread each on CPU)")
     _add_fit_args(p)
@@ -87,8 +103,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     spec = _load(args)
     if spec is None:
         raise UserError("give a SPEC file or --preset NAME")
+    if args.workers < 1:
+        raise UserError(f"--workers must be >= 1, got {args.workers}")
     runs = plan_sweep(spec)
-    probe = None if args.no_probe else measure_throughput(runs)
+    probe = None if args.no_probe else measure_throughput(spec, runs, workers=args.workers)
     sys.stdout.write(format_plan(spec, runs, args.format, probe))
     return 0
 
@@ -113,8 +131,9 @@ def _threads(workers: int, threads: int | None) -> int | None:
     return max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None
 
 
-def run_sweep(spec, out: Path, *, executor: str = "local", workers: int = 1, threads: int | None = None,
-              slurm=None) -> dict[str, str]:
+def run_sweep(
+    spec, out: Path, *, executor: str = "local", workers: int = 1, threads: int | None = None, slurm=None
+) -> dict[str, str]:
     """Create or resume sweep folder ``out`` and run every unfinished run; returns {run: status}."""
     from loopscale.sweep.executors import run_local, run_slurm
     from loopscale.sweep.rundir import init_sweep, open_sweep
@@ -130,8 +149,11 @@ def run_sweep(spec, out: Path, *, executor: str = "local", workers: int = 1, thr
 def _exit_code(statuses: dict[str, str]) -> int:
     """0 when every run finished ok; 3 when some failed or did not finish (stopped, cancelled, busy)."""
     code = 0
-    for status, what in (("failed", "failed"), ("pending", "did not finish (rerun to resume)"),
-                         ("busy", "are running in another executor")):
+    for status, what in (
+        ("failed", "failed"),
+        ("pending", "did not finish (rerun to resume)"),
+        ("busy", "are running in another executor"),
+    ):
         names = sorted(name for name, s in statuses.items() if s == status)
         if names:
             print(f"{len(names)} run(s) {what}: {', '.join(names)} (reasons in results.csv)", file=sys.stderr)
@@ -146,10 +168,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     spec = _with_data(_load(args), args.data) if (args.spec or args.preset) else None
     if spec is None and args.data:
         raise UserError("--data applies to a new sweep; a resumed sweep keeps the data of its sweep.yaml")
-    slurm = SlurmOptions(partition=args.partition, timeout_min=args.timeout_min, cpus_per_task=args.cpus_per_task,
-                         gpus_per_task=args.gpus_per_task, mem_gb=args.mem_gb, parallelism=args.workers)
-    statuses = run_sweep(spec, args.out, executor=args.executor, workers=args.workers, threads=args.threads,
-                         slurm=slurm)
+    slurm = SlurmOptions(
+        partition=args.partition,
+        timeout_min=args.timeout_min,
+        cpus_per_task=args.cpus_per_task,
+        gpus_per_task=args.gpus_per_task,
+        mem_gb=args.mem_gb,
+        parallelism=args.workers,
+    )
+    statuses = run_sweep(
+        spec, args.out, executor=args.executor, workers=args.workers, threads=args.threads, slurm=slurm
+    )
     _, csv_path, _ = collect(args.out)
     print(f"results: {csv_path}")
     return _exit_code(statuses)
@@ -160,8 +189,10 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
     rows, csv_path, parquet_path = collect(args.sweep_dir, args.out)
     counts = {status: sum(1 for r in rows if r["status"] == status) for status in ("ok", "failed", "pending")}
-    print(f"{len(rows)} runs: {counts['ok']} ok, {counts['failed']} failed, {counts['pending']} pending → "
-          f"{csv_path}, {parquet_path}")
+    print(
+        f"{len(rows)} runs: {counts['ok']} ok, {counts['failed']} failed, {counts['pending']} pending → "
+        f"{csv_path}, {parquet_path}"
+    )
     for row in rows:
         if row["status"] != "ok":
             print(f"  {row['status']:<8} {row['run']}: {row['reason']}")
@@ -171,8 +202,9 @@ def cmd_collect(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from loopscale.report import build_report
 
-    report = build_report(args.sweep_dir, args.out, restarts=args.restarts, bootstrap=args.bootstrap,
-                          seed=args.seed)
+    report = build_report(
+        args.sweep_dir, args.out, restarts=args.restarts, bootstrap=args.bootstrap, seed=args.seed
+    )
     print(report.summary_line)
     return 0
 

@@ -111,9 +111,11 @@ def maybe_reexec_with_tcmalloc(device: str | None) -> None:
 
     if device and device.startswith("cuda"):
         return
-    launched_as_command = (
-        os.path.basename(sys.argv[0]) in ("loopscale", "__main__.py") and "train" in sys.argv
-    )
+    # Only when this process is `loopscale train …` or `python -m loopscale train …` (not a caller of main()).
+    own_main = Path(__file__).resolve().parent.parent / "__main__.py"
+    program = Path(sys.argv[0])
+    is_loopscale = program.name == "loopscale" or program.resolve() == own_main
+    launched_as_command = is_loopscale and sys.argv[1:2] == ["train"]
     library = tcmalloc_library()
     if not launched_as_command or library is None or tcmalloc_active() or os.environ.get(REEXEC_MARK):
         return

@@ -16,7 +16,7 @@ import numpy as np
 
 from loopscale.errors import UserError
 from loopscale.fit.fitter import Box, LawFit, design_for, fit_law, fit_many
-from loopscale.fit.law import PARAMS, theta_to_coefficients
+from loopscale.fit.law import PHI, theta_to_coefficients
 from loopscale.fit.table import RunTable
 
 CI_LEVEL = 0.95
@@ -76,7 +76,7 @@ def percentile_ci(values: np.ndarray, level: float = CI_LEVEL) -> list[float]:
 def refit_weighted(fit: LawFit, table: RunTable, weights: np.ndarray, restarts: int, seed: int) -> np.ndarray:
     """Refit ``fit``'s form on each weight row [R, n] of ``table`` → θ [R, 6], warm-started at ``fit``."""
     plain = fit.form == "chinchilla"
-    box = Box.for_form(None if fit.form == "joint" else fit.theta[PARAMS.index("phi")], plain=plain)
+    box = Box.for_form(None if fit.form == "joint" else fit.theta[PHI], plain=plain)
     optima = fit_many(
         design_for(table, plain),
         box,
@@ -179,9 +179,7 @@ def compare_phi(
     phis = {}
     for name, t in (("base", base), ("variant", variant)):
         weights = cell_weights(_cell_key_rows(t, shared), draws)
-        phis[name] = refit_weighted(fits[name], t, weights, bootstrap_restarts, seed + 1)[
-            :, PARAMS.index("phi")
-        ]
+        phis[name] = refit_weighted(fits[name], t, weights, bootstrap_restarts, seed + 1)[:, PHI]
     delta = phis["variant"] - phis["base"]
 
     return {

@@ -60,8 +60,8 @@ class Box:
         free = np.ones(len(PARAMS), dtype=bool)
         values = np.zeros(len(PARAMS))
         if plain or fix_phi is not None:
-            free[PARAMS.index("phi")] = False
-            values[PARAMS.index("phi")] = 0.0 if fix_phi is None else fix_phi
+            free[PHI] = False
+            values[PHI] = 0.0 if fix_phi is None else fix_phi
         return cls(free=free, fixed_values=values)
 
     def starts(self, rng: np.random.Generator, count: int) -> np.ndarray:
@@ -237,8 +237,8 @@ def fit_many(
     n_fits = w_rows.shape[0]
     extra = np.empty((0, len(PARAMS))) if extra_starts is None else np.atleast_2d(extra_starts)
     per_fit = restarts + len(extra)
-    if per_fit < 1:
-        raise UserError("a fit needs at least one start point")
+    if restarts < 0 or per_fit < 1:
+        raise UserError(f"a fit needs at least one start point (restarts = {restarts})")
     fits_per_chunk = max(1, CHUNK_ELEMENTS // (per_fit * len(design)))
     cand_x, cand_owner, first_values = [], [], []
     for lo in range(0, n_fits, fits_per_chunk):

@@ -25,6 +25,7 @@ from loopscale.fit.analyses import (
 )
 from loopscale.fit.bootstrap import BOOTSTRAP_RESTARTS, bootstrap_fit
 from loopscale.fit.fitter import LawFit, fit_law
+from loopscale.fit.law import HUBER_DELTA
 from loopscale.fit.table import RunTable
 
 TOP_KEYS = ("E", "A", "B", "alpha", "beta", "phi")
@@ -218,7 +219,7 @@ def run_protocol(
         "bootstrap_restarts": bootstrap_restarts,
         "seed": seed,
         "split": split,
-        "huber_delta": 1e-3,
+        "huber_delta": HUBER_DELTA,
     }
     return Protocol(
         fit=main,

@@ -77,7 +77,9 @@ class RunTable:
         """
         if not np.all(np.isfinite(self.width)):
             raise UserError("the LS split needs a 'width' column (d_model) for every run")
-        template = template or _paper_template()
+        from loopscale.fit.analyses import paper_template  # analyses imports this module
+
+        template = template or paper_template()
         n_once, n_rec = np.empty(len(self)), np.empty(len(self))
         for i, (w, r) in enumerate(zip(self.width, self.r)):
             n_once[i], n_rec[i] = ls_split(replace_config(template, width=int(w), r=int(r)))
@@ -85,12 +87,6 @@ class RunTable:
 
 
 _COLUMNS = ("run", "r", "n_once", "n_rec", "tokens", "loss", "budget", "width")
-
-
-def _paper_template() -> ModelConfig:
-    from loopscale.paper import SEQ_LEN, VOCAB
-
-    return ModelConfig(vocab_size=VOCAB, seq_len=SEQ_LEN)
 
 
 def load_table(source: str | Path | list[dict] | dict[str, Any]) -> RunTable:

@@ -43,9 +43,15 @@ def _m(x: float) -> str:
     return f"{x:.3g}"
 
 
-def build_report(sweep_dir: str | Path, out: str | Path | None = None, *, restarts: int = 500,
-                 bootstrap: int = 200, seed: int = 0) -> Report:
-    """Collect ``sweep_dir``, run the fitting protocol and write the report folder (default SWEEP_DIR/report)."""
+def build_report(
+    sweep_dir: str | Path,
+    out: str | Path | None = None,
+    *,
+    restarts: int = 500,
+    bootstrap: int = 200,
+    seed: int = 0,
+) -> Report:
+    """Collect ``sweep_dir``, run the fitting protocol, write the report folder (default SWEEP_DIR/report)."""
     sweep_dir = Path(sweep_dir)
     folder = Path(out) if out is not None else sweep_dir / "report"
     spec, runs = open_sweep(sweep_dir)
@@ -61,8 +67,11 @@ def build_report(sweep_dir: str | Path, out: str | Path | None = None, *, restar
     phi_ci = ci.get("phi")
     ci_text = f"95% CI [{phi_ci[0]:.3f}, {phi_ci[1]:.3f}]" if phi_ci else "no CI (bootstrap off)"
     skipped = list(table.skipped)
-    summary = (f"phi = {phi:.3f} ({ci_text}), R² = {r2:.4f}, {len(table)} of {len(rows)} runs fitted"
-               + (f", {len(skipped)} left out" if skipped else "") + f" [sweep {spec.name}]")
+    summary = (
+        f"phi = {phi:.3f} ({ci_text}), R² = {r2:.4f}, {len(table)} of {len(rows)} runs fitted"
+        + (f", {len(skipped)} left out" if skipped else "")
+        + f" [sweep {spec.name}]"
+    )
 
     plots = [p for p in plot_protocol(protocol, table, folder / "plots") if p.suffix == ".png"]
     plots += _axis_plots(rows, folder / "plots")
@@ -90,15 +99,27 @@ def _result_section(doc, table, template, phi_ci) -> Section:
     if phi_ci:
         inside = phi_ci[0] <= paper <= phi_ci[1]
         overlap = phi_ci[0] <= PHI_CI[1] and PHI_CI[0] <= phi_ci[1]
-        compare = (f" The paper's φ = {paper} (95% CI [{PHI_CI[0]}, {PHI_CI[1]}], 4.64e17–2.15e19 FLOPs) lies "
-                   f"{'inside' if inside else 'outside'} this CI; the two CIs "
-                   f"{'overlap' if overlap else 'do not overlap'}.")
-    blocks.append(f"**φ = {phi:.3f}**" + (f" (95% block-bootstrap CI [{phi_ci[0]:.3f}, {phi_ci[1]:.3f}])" if phi_ci
-                                        else "") + f", R² = {fit['r2']:.4f} on {len(table)} runs." + compare)
+        compare = (
+            f" The paper's φ = {paper} (95% CI [{PHI_CI[0]}, {PHI_CI[1]}], 4.64e17–2.15e19 FLOPs) lies "
+            f"{'inside' if inside else 'outside'} this CI; the two CIs "
+            f"{'overlap' if overlap else 'do not overlap'}."
+        )
+    blocks.append(
+        f"**φ = {phi:.3f}**"
+        + (f" (95% block-bootstrap CI [{phi_ci[0]:.3f}, {phi_ci[1]:.3f}])" if phi_ci else "")
+        + f", R² = {fit['r2']:.4f} on {len(table)} runs."
+        + compare
+    )
     if doc["loop_worth"]:
-        blocks.append("What one loop is worth: " + "; ".join(
-            f"r = {w['r']} loops ≈ {w['worth']:.2f} unique blocks ({100 * w['fraction']:.0f}% of full equivalence)"
-            for w in doc["loop_worth"]) + ".")
+        blocks.append(
+            "What one loop is worth: "
+            + "; ".join(
+                f"r = {w['r']} loops ≈ {w['worth']:.2f} unique blocks "
+                f"({100 * w['fraction']:.0f}% of full equivalence)"
+                for w in doc["loop_worth"]
+            )
+            + "."
+        )
     looped = [r for r in sorted(set(table.r.tolist())) if r > 1]
     plain = table.n[table.r == 1]
     if looped and len(plain):
@@ -107,11 +128,13 @@ def _result_section(doc, table, template, phi_ci) -> Section:
         eq = equivalence(params, r, phi, template)
         blocks.append(
             f"Equivalence at this scale: next to an r = 1 model with {_m(params)} non-embedding parameters "
-            f"(d ≈ {eq['width']:.0f}), the r = {r} model of the same width has {_m(eq['unique_params'])} unique "
+            f"(d ≈ {eq['width']:.0f}), the r = {r} model of the same width has "
+            f"{_m(eq['unique_params'])} unique "
             f"parameters ({eq['unique_ratio']:.2f}×) and is worth {_m(eq['effective_params'])} non-looped "
             f"parameters ({eq['effective_ratio']:.2f}×, r^φ = {eq['worth']:.2f}), while it costs "
             f"{eq['flops_ratio']:.3f}× the training FLOPs per token, as much as an r = 1 model with "
-            f"{_m(eq['cost_equivalent_params'])} parameters.")
+            f"{_m(eq['cost_equivalent_params'])} parameters."
+        )
     for note in doc["notes"]:
         blocks.append(f"Note: {note}")
     return Section("Result", blocks)
@@ -122,17 +145,35 @@ def _fits_section(doc) -> Section:
     rows = []
     for name, f in [*doc["forms"].items(), *((f"r={k} (Chinchilla)", v) for k, v in doc["per_r"].items())]:
         phi = f.get("phi")
-        rows.append([name, f"{f['E']:.4f}", f"{f['A']:.4g}", f"{f['B']:.4g}", f"{f['alpha']:.4f}",
-                     f"{f['beta']:.4f}", "" if phi is None else f"{phi:.4f}", f"{f['r2']:.4f}",
-                     f"{f['objective']:.3e}"])
+        rows.append(
+            [
+                name,
+                f"{f['E']:.4f}",
+                f"{f['A']:.4g}",
+                f"{f['B']:.4g}",
+                f"{f['alpha']:.4f}",
+                f"{f['beta']:.4f}",
+                "" if phi is None else f"{phi:.4f}",
+                f"{f['r2']:.4f}",
+                f"{f['objective']:.3e}",
+            ]
+        )
     res = doc["residuals"]
-    res_rows = [[key, str(s["n"]), f"{s['mean']:+.4f}", f"{s['max_abs']:.4f}", f"{s['rmse']:.4f}"]
-                for key, s in [("all", res["overall"]), *res["per_r"].items()]]
-    blocks = [Table(header, rows), "Residuals of the joint fit (observed − predicted, nats), per r:",
-              Table(["r", "n", "mean", "max |res|", "RMSE"], res_rows)]
+    res_rows = [
+        [key, str(s["n"]), f"{s['mean']:+.4f}", f"{s['max_abs']:.4f}", f"{s['rmse']:.4f}"]
+        for key, s in [("all", res["overall"]), *res["per_r"].items()]
+    ]
+    blocks = [
+        Table(header, rows),
+        "Residuals of the joint fit (observed − predicted, nats), per r:",
+        Table(["r", "n", "mean", "max |res|", "RMSE"], res_rows),
+    ]
     if doc["ci"]:
-        blocks.append("95% block-bootstrap CIs: " + ", ".join(
-            f"{k} [{lo:.4g}, {hi:.4g}]" for k, (lo, hi) in doc["ci"].items()) + ".")
+        blocks.append(
+            "95% block-bootstrap CIs: "
+            + ", ".join(f"{k} [{lo:.4g}, {hi:.4g}]" for k, (lo, hi) in doc["ci"].items())
+            + "."
+        )
     return Section("Law fits (Huber on log loss, L-BFGS-B, spec §8)", blocks)
 
 
@@ -146,13 +187,28 @@ def _frontier_section(doc) -> Section:
         gaps = entry.get("gap_to_r1") or [math.nan] * len(entry["rows"])
         for row, gap in zip(entry["rows"], gaps):
             edge = " (edge)" if row["at_edge"] else ""
-            rows.append([f"{row['budget']:.3g}", r, f"{row['width']:.0f}{edge}", _m(row["n"]), _m(row["n_eff"]),
-                         _m(row["tokens"]), f"{row['loss']:.4f}", "" if r == "1" else f"{gap:+.4f}"])
+            rows.append(
+                [
+                    f"{row['budget']:.3g}",
+                    r,
+                    f"{row['width']:.0f}{edge}",
+                    _m(row["n"]),
+                    _m(row["n_eff"]),
+                    _m(row["tokens"]),
+                    f"{row['loss']:.4f}",
+                    "" if r == "1" else f"{gap:+.4f}",
+                ]
+            )
     rows.sort(key=lambda row: (float(row[0]), int(row[1])))
-    exps = "; ".join(f"r = {r}: N* ∝ C^{e['a_N']:.2f}, D* ∝ C^{e['a_D']:.2f}"
-                     for r, e in frontier["per_r"].items() if "a_N" in e)
-    return Section("Compute-optimal allocation (fitted joint law, exact FLOPs over continuous width)",
-                   [Table(header, rows), exps + "." if exps else ""])
+    exps = "; ".join(
+        f"r = {r}: N* ∝ C^{e['a_N']:.2f}, D* ∝ C^{e['a_D']:.2f}"
+        for r, e in frontier["per_r"].items()
+        if "a_N" in e
+    )
+    return Section(
+        "Compute-optimal allocation (fitted joint law, exact FLOPs over continuous width)",
+        [Table(header, rows), exps + "." if exps else ""],
+    )
 
 
 def _minima_section(doc) -> Section:
@@ -163,12 +219,24 @@ def _minima_section(doc) -> Section:
             rows.append([f"{m['budget']:.3g}", str(m["r"]), str(m["n_runs"]), "", "", m.get("note", ""), ""])
             continue
         gap = gaps.get((m["budget"], m["r"]))
-        rows.append([f"{m['budget']:.3g}", str(m["r"]), str(m["n_runs"]), _m(m["n_star"]), f"{m['loss_star']:.4f}",
-                     "inside" if m.get("inside") else "outside the widths run", "" if gap is None else f"{gap:+.4f}"])
-    return Section("Empirical iso-FLOP minima (parabola in log N per cell, spec §8.7)", [
-        Table(["C (FLOPs)", "r", "runs", "N*", "L* (nats)", "vertex", "gap to r=1"], rows),
-        "A vertex outside the widths run means that iso-FLOP curve does not bracket its minimum.",
-    ])
+        rows.append(
+            [
+                f"{m['budget']:.3g}",
+                str(m["r"]),
+                str(m["n_runs"]),
+                _m(m["n_star"]),
+                f"{m['loss_star']:.4f}",
+                "inside" if m.get("inside") else "outside the widths run",
+                "" if gap is None else f"{gap:+.4f}",
+            ]
+        )
+    return Section(
+        "Empirical iso-FLOP minima (parabola in log N per cell, spec §8.7)",
+        [
+            Table(["C (FLOPs)", "r", "runs", "N*", "L* (nats)", "vertex", "gap to r=1"], rows),
+            "A vertex outside the widths run means that iso-FLOP curve does not bracket its minimum.",
+        ],
+    )
 
 
 def _runs_section(rows: list[dict], skipped: list[tuple[str, str]]) -> Section:
@@ -203,15 +271,20 @@ def _axis_plots(rows: list[dict], out_dir: Path) -> list[Path]:
     rs = sorted({row["r"] for row in ok})
     colors = {r: plt.cm.viridis(i / max(1, len(rs) - 1)) for i, r in enumerate(rs)}
     cols = min(3, len(axes))
-    fig, grid = plt.subplots(-(-len(axes) // cols), cols, figsize=(4.5 * cols, 3.6 * -(-len(axes) // cols)),
-                             squeeze=False)
+    fig, grid = plt.subplots(
+        -(-len(axes) // cols), cols, figsize=(4.5 * cols, 3.6 * -(-len(axes) // cols)), squeeze=False
+    )
     for ax, name in zip(grid.flat, axes):
         for r in rs:
-            pts = [(row["loss"], row[name]) for row in ok if row["r"] == r and math.isfinite(row.get(name, math.nan))]
+            pts = [
+                (row["loss"], row[name])
+                for row in ok
+                if row["r"] == r and math.isfinite(row.get(name, math.nan))
+            ]
             if pts:
                 ax.scatter(*zip(*pts), color=colors[r], s=16, label=f"r={r}")
         ax.set(title=name.removeprefix("axis_"), xlabel="validation loss (nats)", ylabel="axis loss (nats)")
-    for ax in list(grid.flat)[len(axes):]:
+    for ax in list(grid.flat)[len(axes) :]:
         ax.set_visible(False)
     grid.flat[0].legend(fontsize=8)
     fig.tight_layout()

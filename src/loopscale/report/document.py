@@ -68,16 +68,20 @@ class Document:
                     body.append(f"<p>{_inline(block)}</p>")
                 elif isinstance(block, Table):
                     head = "".join(f"<th>{esc(h)}</th>" for h in block.header)
-                    rows = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in block.rows)
+                    rows = "".join(
+                        "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in block.rows
+                    )
                     body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
                 elif isinstance(block, Image):
                     data = base64.b64encode(block.path.read_bytes()).decode("ascii")
-                    body.append(f'<figure><img alt="{esc(block.caption)}" src="data:image/png;base64,{data}">'
-                                f"<figcaption>{esc(block.caption)}</figcaption></figure>")
+                    body.append(
+                        f'<figure><img alt="{esc(block.caption)}" src="data:image/png;base64,{data}">'
+                        f"<figcaption>{esc(block.caption)}</figcaption></figure>"
+                    )
                 elif isinstance(block, Pre):
                     body.append(f"<pre>{esc(block.text)}</pre>")
         return (
-            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f"<title>{esc(self.title)}</title><style>{_CSS}</style></head><body>\n"
             + "\n".join(body)
             + "\n</body></html>\n"

@@ -21,8 +21,24 @@ from loopscale.sweep.rundir import open_sweep, read_json, run_dir, run_state
 from loopscale.train.config import OptimConfig
 
 RESULT_COLUMNS = (
-    "run", "group", "budget", "width", "r", "bptt_k", "seed", "n", "n_once", "n_rec", "flops_per_token", "steps",
-    "tokens", "loss", "status", "reason", "recipe", "wall_time_s",
+    "run",
+    "group",
+    "budget",
+    "width",
+    "r",
+    "bptt_k",
+    "seed",
+    "n",
+    "n_once",
+    "n_rec",
+    "flops_per_token",
+    "steps",
+    "tokens",
+    "loss",
+    "status",
+    "reason",
+    "recipe",
+    "wall_time_s",
 )
 EVAL_FILE = "eval.json"
 

@@ -46,8 +46,16 @@ def train_command(root: Path, name: str, nproc: int) -> list[str]:
     folder = run_dir(root, name)
     args = ["train", "--config", str(folder / RUN_CONFIG_FILE), "--out", str(folder), "--resume"]
     if nproc > 1:
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-                "-m", "loopscale", *args]
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={nproc}",
+            "-m",
+            "loopscale",
+            *args,
+        ]
     return [sys.executable, "-m", "loopscale", *args]
 
 
@@ -88,10 +96,17 @@ def execute_run(root: str | Path, name: str, nproc: int = 1, threads: int | None
             env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
         log_path = folder / LOG_FILE
         with open(log_path, "a") as log:
-            log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(train_command(root, name, nproc))}\n")
+            log.write(
+                f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(train_command(root, name, nproc))}\n"
+            )
             log.flush()
-            proc = subprocess.Popen(train_command(root, name, nproc), stdout=log, stderr=subprocess.STDOUT,
-                                    env=env, preexec_fn=_die_with_parent)
+            proc = subprocess.Popen(
+                train_command(root, name, nproc),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                preexec_fn=_die_with_parent,
+            )
             returncode = proc.wait()
         if (folder / RESULT_FILE).exists():
             return run_state(root, name).status
@@ -101,7 +116,9 @@ def execute_run(root: str | Path, name: str, nproc: int = 1, threads: int | None
             fh.seek(max(0, log_path.stat().st_size - 4000))
             tail = fh.read()
         reason = classify_exit(returncode, tail)
-        atomic_write_json(folder / EXIT_FILE, {"status": "failed", "reason": reason, "returncode": returncode})
+        atomic_write_json(
+            folder / EXIT_FILE, {"status": "failed", "reason": reason, "returncode": returncode}
+        )
         return "failed"
 
 
@@ -139,11 +156,18 @@ class Progress:
         elapsed = format_seconds(time.monotonic() - self.start)
         current = ", ".join(self.running) if self.running else "-"
         failed = f", {self.failed} failed" if self.failed else ""
-        print(f"[sweep {self.done}/{self.total} done{failed}] {event} | running: {current} | elapsed {elapsed}, "
-              f"{self.eta()}", file=self.stream, flush=True)
+        print(
+            f"[sweep {self.done}/{self.total} done{failed}] {event} | running: {current} | "
+            f"elapsed {elapsed}, "
+            f"{self.eta()}",
+            file=self.stream,
+            flush=True,
+        )
 
 
-def _start(root: Path, runs: list[PlannedRun], stream: TextIO) -> tuple[dict[str, str], list[PlannedRun], Progress]:
+def _start(
+    root: Path, runs: list[PlannedRun], stream: TextIO
+) -> tuple[dict[str, str], list[PlannedRun], Progress]:
     """Statuses now, the runs to (re)run — every run without result.json, including runs whose process was
     killed or crashed (they resume from their checkpoint) — and a Progress counting the finished ones."""
     states = {run.name: run_state(root, run.name) for run in runs}
@@ -166,8 +190,15 @@ def _event(root: Path, name: str, status: str) -> str:
 # ---------------------------------------------------------------------------------------------- local
 
 
-def run_local(root: Path, runs: list[PlannedRun], *, workers: int = 1, nproc: int = 1,
-              threads: int | None = None, stream: TextIO = sys.stderr) -> dict[str, str]:
+def run_local(
+    root: Path,
+    runs: list[PlannedRun],
+    *,
+    workers: int = 1,
+    nproc: int = 1,
+    threads: int | None = None,
+    stream: TextIO = sys.stderr,
+) -> dict[str, str]:
     """Run every unfinished run with ``workers`` concurrent processes; returns {run name: final status}.
 
     Finished runs (result.json present) are skipped; interrupted, killed or crashed ones are retried and
@@ -242,8 +273,15 @@ def _slurm_job_class():
     return RunJob
 
 
-def run_slurm(root: Path, runs: list[PlannedRun], options: SlurmOptions, *, nproc: int = 1,
-              stream: TextIO = sys.stderr, poll_s: float = 2.0) -> dict[str, str]:
+def run_slurm(
+    root: Path,
+    runs: list[PlannedRun],
+    options: SlurmOptions,
+    *,
+    nproc: int = 1,
+    stream: TextIO = sys.stderr,
+    poll_s: float = 2.0,
+) -> dict[str, str]:
     """Submit every unfinished run as ONE SLURM array job (submitit) and wait for it, showing progress."""
     import submitit
 
@@ -269,8 +307,9 @@ def run_slurm(root: Path, runs: list[PlannedRun], options: SlurmOptions, *, npro
     executor.update_parameters(**params)
     job = _slurm_job_class()()
     n = len(todo)
-    jobs = executor.map_array(job, [str(root)] * n, [r.name for r in todo], [nproc] * n,
-                              [options.cpus_per_task] * n)
+    jobs = executor.map_array(
+        job, [str(root)] * n, [r.name for r in todo], [nproc] * n, [options.cpus_per_task] * n
+    )
     progress.show(f"submitted array job {jobs[0].job_id.split('_')[0]} with {n} task(s)")
     pending = dict(zip(jobs, todo))
     while pending:
@@ -282,8 +321,10 @@ def run_slurm(root: Path, runs: list[PlannedRun], options: SlurmOptions, *, npro
             except Exception as exc:  # the task itself died (cancelled, node failure): record why
                 if not (run_dir(root, run.name) / RESULT_FILE).exists():
                     last = (str(exc).strip().splitlines() or ["no message"])[-1][:200]
-                    atomic_write_json(run_dir(root, run.name) / EXIT_FILE,
-                                      {"status": "failed", "reason": f"SLURM task {slurm_job.job_id} ended: {last}"})
+                    atomic_write_json(
+                        run_dir(root, run.name) / EXIT_FILE,
+                        {"status": "failed", "reason": f"SLURM task {slurm_job.job_id} ended: {last}"},
+                    )
                 status = run_state(root, run.name).status
             statuses[run.name] = status
             progress.remaining_flops -= run.total_flops

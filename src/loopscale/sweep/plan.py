@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import math
+import os
 import time
 from dataclasses import dataclass
 
@@ -20,8 +21,20 @@ from loopscale.paper import grid_runs
 from loopscale.sweep.spec import RunGroup, SweepSpec
 
 PLAN_COLUMNS = (
-    "run", "group", "budget", "width", "r", "bptt_k", "seed", "n", "n_once", "n_rec", "flops_per_token", "steps",
-    "tokens", "total_flops",
+    "run",
+    "group",
+    "budget",
+    "width",
+    "r",
+    "bptt_k",
+    "seed",
+    "n",
+    "n_once",
+    "n_rec",
+    "flops_per_token",
+    "steps",
+    "tokens",
+    "total_flops",
 )
 
 
@@ -50,15 +63,25 @@ class PlannedRun:
 
     def row(self) -> dict:
         return {
-            "run": self.name, "group": self.group, "budget": self.budget, "width": self.width, "r": self.r,
-            "bptt_k": self.model.effective_bptt_k, "seed": self.seed, "n": self.n, "n_once": self.n_once,
-            "n_rec": self.n_rec, "flops_per_token": self.flops_per_token, "steps": self.steps,
-            "tokens": self.tokens, "total_flops": self.total_flops,
+            "run": self.name,
+            "group": self.group,
+            "budget": self.budget,
+            "width": self.width,
+            "r": self.r,
+            "bptt_k": self.model.effective_bptt_k,
+            "seed": self.seed,
+            "n": self.n,
+            "n_once": self.n_once,
+            "n_rec": self.n_rec,
+            "flops_per_token": self.flops_per_token,
+            "steps": self.steps,
+            "tokens": self.tokens,
+            "total_flops": self.total_flops,
         }
 
 
 def run_name(group: RunGroup, budget: float, width: int, r: int, seed: int, n_seeds: int) -> str:
-    """Folder-safe run name, e.g. ``main_C4.64e17_d384_r2`` (``_s<seed>`` only when a sweep has several seeds)."""
+    """Folder-safe run name, e.g. ``main_C4.64e17_d384_r2`` (``_s<seed>`` only with several seeds)."""
     mantissa, exponent = f"{budget:.3e}".split("e")
     mantissa = mantissa.rstrip("0").rstrip(".")
     name = f"{group.name}_C{mantissa}e{int(exponent)}_d{width}_r{r}"
@@ -80,16 +103,32 @@ def plan_sweep(spec: SweepSpec) -> list[PlannedRun]:
                         name = run_name(group, cell.budget, width, r, seed, len(spec.seeds))
                         try:
                             model = spec.model_config(group, width, r)
-                            (row,) = grid_runs({cell.budget: (width,)}, rs=(r,), template=model,
-                                               batch_tokens=spec.batch_tokens, width_unit=1)
+                            (row,) = grid_runs(
+                                {cell.budget: (width,)},
+                                rs=(r,),
+                                template=model,
+                                batch_tokens=spec.batch_tokens,
+                                width_unit=1,
+                            )
                         except UserError as exc:
                             raise UserError(f"run {name}: {exc}") from None
-                        runs.append(PlannedRun(
-                            name=name, group=group.name, budget=cell.budget, width=width, r=r, seed=seed,
-                            n=row["n"], n_once=row["n_once"], n_rec=row["n_rec"],
-                            flops_per_token=row["flops_per_token"], steps=row["steps"], tokens=row["tokens"],
-                            model=model,
-                        ))
+                        runs.append(
+                            PlannedRun(
+                                name=name,
+                                group=group.name,
+                                budget=cell.budget,
+                                width=width,
+                                r=r,
+                                seed=seed,
+                                n=row["n"],
+                                n_once=row["n_once"],
+                                n_rec=row["n_rec"],
+                                flops_per_token=row["flops_per_token"],
+                                steps=row["steps"],
+                                tokens=row["tokens"],
+                                model=model,
+                            )
+                        )
     names = [run.name for run in runs]
     if len(set(names)) != len(names):
         dup = sorted({n for n in names if names.count(n) > 1})[0]
@@ -141,9 +180,14 @@ def check_runnable(spec: SweepSpec, runs: list[PlannedRun]) -> None:
 class ThroughputProbe:
     """Training throughput measured on this machine, in accounting FLOPs per second, per probed width."""
 
-    flops_per_s: dict[int, float]  # width → FLOPs/s (spec §4.2 FLOPs of forward + backward)
+    flops_per_s: dict[int, float]  # width → FLOPs/s of one run (spec §4.2 training FLOPs)
     device: str
-    threads: int
+    threads: int  # CPU threads per run during the probe
+    workers: int  # concurrent runs the estimate assumes
+
+    def sweep_seconds(self, runs: list[PlannedRun]) -> float:
+        """Estimated compute wall time of ``runs`` spread over ``workers`` concurrent runs."""
+        return sum(self.seconds(run) for run in runs) / self.workers
 
     def rate(self, width: int) -> float:
         """FLOPs/s at ``width``: log-linear interpolation between probed widths, clamped outside them."""
@@ -163,45 +207,78 @@ class ThroughputProbe:
         return run.total_flops / self.rate(run.width)
 
 
-def measure_throughput(runs: list[PlannedRun], *, micro_batch: int = 8, steps: int = 3,
-                       max_probe_flops: float = 3e11, device: str = "cpu") -> ThroughputProbe | None:
-    """Time forward + backward of the planned models on random tokens (one warm-up step, ``steps`` timed).
+def measure_throughput(
+    spec: SweepSpec,
+    runs: list[PlannedRun],
+    *,
+    workers: int = 1,
+    steps: int = 3,
+    max_probe_flops: float = 3e11,
+) -> ThroughputProbe | None:
+    """Time real training steps (forward, backward, MuonH/AdamW step; one warm-up step, ``steps`` timed)
+    of the planned models on random tokens, with the run's recipe, batch (capped so one probe step costs at
+    most ``max_probe_flops``) and device.
 
-    Probes up to three widths (smallest, middle, largest) whose probe step costs at most ``max_probe_flops``
-    FLOPs; wider models are estimated at the widest probed width's rate (the printed probe widths show it).
-    Returns None when even the narrowest model is too expensive to probe (e.g. the paper grid on a CPU).
-    Units: accounting FLOPs (spec §4.2) per second.
+    Probes up to three widths (smallest, middle, largest affordable); wider models are estimated at the
+    widest probed width's rate (the printed probe widths show it). Returns None when even the narrowest
+    model is too expensive to probe here (e.g. the paper grid on a CPU). Units: accounting FLOPs (spec §4.2)
+    per second; excludes process start, compilation and the final evaluation.
     """
     import torch
 
+    from loopscale.config import from_dict
     from loopscale.model import LoopedGPT
+    from loopscale.train.config import TrainConfig
+    from loopscale.train.optim import build_optimizers, peak_learning_rates
 
     by_width: dict[int, PlannedRun] = {}
     for run in runs:
         by_width.setdefault(run.width, run)
-    widths = sorted(by_width)
-    affordable = [w for w in widths
-                  if by_width[w].flops_per_token * by_width[w].model.seq_len * micro_batch <= max_probe_flops]
-    if not affordable:  # even the narrowest model is too big to probe here: no estimate
+    affordable = [
+        w
+        for w in sorted(by_width)
+        if by_width[w].flops_per_token * by_width[w].model.seq_len <= max_probe_flops
+    ]
+    if not affordable:
         return None
     chosen = sorted({affordable[0], affordable[len(affordable) // 2], affordable[-1]})
-    rates = {}
+    rates, device = {}, "cpu"
     torch.manual_seed(0)
+    threads_before = torch.get_num_threads()
+    threads = max(1, (os.cpu_count() or 1) // workers)  # what each of ``workers`` CPU runs gets
+    torch.set_num_threads(threads)
     for width in chosen:
-        cfg = by_width[width].model
-        model = LoopedGPT(cfg).to(device)
-        idx = torch.randint(0, cfg.vocab_size, (micro_batch, cfg.seq_len), device=device)
+        run = by_width[width]
+        cfg = from_dict(TrainConfig, run_train_config(spec, run), "train")
+        device = (
+            "cuda"
+            if cfg.device == "auto" and torch.cuda.is_available()
+            else cfg.device.replace("auto", "cpu")
+        )
+        rows = max(1, min(cfg.batch_rows, int(max_probe_flops // (run.flops_per_token * run.model.seq_len))))
+        model = LoopedGPT(run.model).to(device)
+        optimizers = build_optimizers(
+            model,
+            cfg.optim,
+            peak_learning_rates(cfg.optim, run.model, cfg.batch_tokens, run.tokens),
+            torch.device(device).type,
+        )
+        idx = torch.randint(0, run.model.vocab_size, (rows, run.model.seq_len + 1), device=device)
         elapsed = 0.0
         for step in range(steps + 1):
             start = time.perf_counter()
-            loss = model(idx, idx)
-            loss.backward()
-            model.zero_grad(set_to_none=True)
+            model(idx[:, :-1], idx[:, 1:]).backward()
+            for opt in optimizers:
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
             if step:  # step 0 is the warm-up
                 elapsed += time.perf_counter() - start
-        rates[width] = by_width[width].flops_per_token * micro_batch * cfg.seq_len * steps / elapsed
-        del model
-    return ThroughputProbe(flops_per_s=rates, device=device, threads=torch.get_num_threads())
+        rates[width] = run.flops_per_token * rows * run.model.seq_len * steps / elapsed
+        del model, optimizers
+    torch.set_num_threads(threads_before)
+    return ThroughputProbe(flops_per_s=rates, device=device, threads=threads, workers=workers)
 
 
 # ---------------------------------------------------------------------------------------------- formatting
@@ -221,44 +298,63 @@ def format_plan(spec: SweepSpec, runs: list[PlannedRun], fmt: str, probe: Throug
     """The plan as ``table`` (human), ``csv`` or ``json``; the wall time is labelled as an estimate."""
     rows = plan_rows(runs, probe)
     if fmt == "json":
-        doc = {"sweep": spec.name, "batch_tokens": spec.batch_tokens, "runs": rows,
-               "total_flops": sum(r.total_flops for r in runs)}
+        doc = {
+            "sweep": spec.name,
+            "batch_tokens": spec.batch_tokens,
+            "runs": rows,
+            "total_flops": sum(r.total_flops for r in runs),
+        }
         if probe is not None:
-            doc["estimate"] = {"seconds": round(sum(probe.seconds(r) for r in runs), 1),
-                               "probe_flops_per_s": probe.flops_per_s, "device": probe.device,
-                               "threads": probe.threads, "note": "estimate: compute only, from a throughput probe"}
+            doc["estimate"] = {
+                "seconds": round(probe.sweep_seconds(runs), 1),
+                "workers": probe.workers,
+                "probe_flops_per_s": probe.flops_per_s,
+                "device": probe.device,
+                "threads": probe.threads,
+                "note": "estimate: compute only, from a throughput probe",
+            }
         return json.dumps(doc, indent=2)
     if fmt == "csv":
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else list(PLAN_COLUMNS),
-                                lineterminator="\n")
+        writer = csv.DictWriter(
+            buf, fieldnames=list(rows[0]) if rows else list(PLAN_COLUMNS), lineterminator="\n"
+        )
         writer.writeheader()
         writer.writerows(rows)
         return buf.getvalue()
     if fmt != "table":
         raise UserError(f"unknown plan format {fmt!r}; use table, csv or json")
-    header = (f"{'run':<34} {'width':>5} {'r':>2} {'k':>2} {'N_once':>13} {'N_rec':>13} {'FLOPs/token':>11} "
-              f"{'steps':>7} {'tokens':>15} {'total FLOPs':>11}")
+    header = (
+        f"{'run':<34} {'width':>5} {'r':>2} {'k':>2} {'N_once':>13} {'N_rec':>13} {'FLOPs/token':>11} "
+        f"{'steps':>7} {'tokens':>15} {'total FLOPs':>11}"
+    )
     if probe is not None:
         header += f" {'est. time':>10}"
     lines = [header, "-" * len(header)]
     for run in runs:
-        line = (f"{run.name:<34} {run.width:>5} {run.r:>2} {run.model.effective_bptt_k:>2} {run.n_once:>13,} "
-                f"{run.n_rec:>13,} {run.flops_per_token:>11.4e} {run.steps:>7,} {run.tokens:>15,} "
-                f"{run.total_flops:>11.3e}")
+        line = (
+            f"{run.name:<34} {run.width:>5} {run.r:>2} {run.model.effective_bptt_k:>2} {run.n_once:>13,} "
+            f"{run.n_rec:>13,} {run.flops_per_token:>11.4e} {run.steps:>7,} {run.tokens:>15,} "
+            f"{run.total_flops:>11.3e}"
+        )
         if probe is not None:
             line += f" {format_seconds(probe.seconds(run)):>10}"
         lines.append(line)
     total = sum(r.total_flops for r in runs)
-    lines.append(f"{len(runs)} runs, {total:.3e} training FLOPs in total, B = {spec.batch_tokens:,} tokens/step")
+    lines.append(
+        f"{len(runs)} runs, {total:.3e} training FLOPs in total, B = {spec.batch_tokens:,} tokens/step"
+    )
     if probe is None:
-        lines.append("no wall-time estimate (probe skipped, or the narrowest model is too large to probe here)")
+        lines.append(
+            "no wall-time estimate (probe skipped, or the narrowest model is too large to probe here)"
+        )
     else:
         rates = ", ".join(f"d={w}: {f / 1e9:.1f}" for w, f in sorted(probe.flops_per_s.items()))
-        est = sum(probe.seconds(r) for r in runs)
-        lines.append(f"ESTIMATE of wall time on this machine: {format_seconds(est)} of compute "
-                     f"(probe on {probe.device}, {probe.threads} threads, GFLOP/s {rates}; excludes process start, "
-                     "compile and final evaluation)")
+        lines.append(
+            f"ESTIMATE of wall time on this machine: {format_seconds(probe.sweep_seconds(runs))} of compute "
+            f"with {probe.workers} worker(s) (probe on {probe.device}, {probe.threads} thread(s) per run, "
+            f"GFLOP/s per run {rates}; excludes process start, compile and final evaluation)"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -42,17 +42,19 @@ _ANCHOR = {"name": "anchor", "rs": [1], "grid": _grid(_lower_four(MAIN_GRID))}
 _LOOPED = [r for r in RS if r > 1]
 
 # The scaled-down template shared by `cpu` and `demo`: 10 effective layers, prelude = coda = 1, so the
-# 8 recurrent layers divide by r ∈ {1, 2, 4, 8}; head dim 16 so widths from 16 upward are legal; T = 256 and
-# the default corpus's 4,096-token vocabulary.
-_CPU_MODEL = {"depth": 10, "prelude": 1, "coda": 1, "head_dim": 16, "vocab_size": 4096, "seq_len": 256}
-# The paper's recipe, rescaled as configuration only: the LR-transfer references move to this scale (reference
-# width 48 instead of 640, reference batch = this batch, so the base LRs apply unchanged at B = 2,048 tokens),
-# the final validation loss covers the same 32,768 held-out tokens for every run, no per-step progress bar.
+# 8 recurrent layers divide by r ∈ {1, 2, 4, 8}; head dim 8 so widths from 8 upward in steps of 8 are legal
+# (the iso-FLOP minima of 2-core budgets sit at d ≈ 8–32); T = 256 and the default corpus's 4,096-token
+# vocabulary.
+_CPU_MODEL = {"depth": 10, "prelude": 1, "coda": 1, "head_dim": 8, "vocab_size": 4096, "seq_len": 256}
+# The paper's recipe, rescaled as configuration only: the LR-transfer references move to this scale
+# (reference width 24 instead of 640, reference batch = this batch, so the base LRs apply unchanged at
+# B = 1,024 tokens), the final validation loss covers the same 32,768 held-out tokens for every run, and
+# there is no per-step progress bar.
 _CPU_TRAIN: dict[str, Any] = {
     "device": "cpu",
     "progress": False,
     "data": {"val_tokens": 32_768},
-    "optim": {"ref_width": 48, "ref_batch_tokens": 2048},
+    "optim": {"ref_width": 24, "ref_batch_tokens": 1024},
 }
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -66,39 +68,65 @@ PRESETS: dict[str, dict[str, Any]] = {
         "name": "paper-truncated-bptt",
         "batch_tokens": BATCH_TOKENS,
         "model": _PAPER_MODEL,
-        "groups": [_ANCHOR, {"name": "truncated-bptt", "rs": _LOOPED, "grid": _grid(TRUNCATED_BPTT_GRID),
-                             "bptt": "ceil_half"}],
+        "groups": [
+            _ANCHOR,
+            {
+                "name": "truncated-bptt",
+                "rs": _LOOPED,
+                "grid": _grid(TRUNCATED_BPTT_GRID),
+                "bptt": "ceil_half",
+            },
+        ],
     },
     "paper-hyperconnections": {
         "name": "paper-hyperconnections",
         "batch_tokens": BATCH_TOKENS,
         "model": _PAPER_MODEL,
-        "groups": [_ANCHOR, {"name": "hyperconnections", "rs": _LOOPED, "grid": _grid(HYPERCONNECTION_GRID),
-                             "model": {"injection": "hyperconnect"}}],
+        "groups": [
+            _ANCHOR,
+            {
+                "name": "hyperconnections",
+                "rs": _LOOPED,
+                "grid": _grid(HYPERCONNECTION_GRID),
+                "model": {"injection": "hyperconnect"},
+            },
+        ],
     },
-    # ≈ 50–60 min of compute on 2 cores (docs/sweeps.md): 3 budgets spanning 10×, 4 widths each, 4 r.
+    # ≈ 50–60 min on 2 cores with 2 workers (docs/sweeps.md): 3 budgets spanning 10×, 4 widths each, 4 r.
     "cpu": {
         "name": "cpu",
-        "batch_tokens": 2048,  # 8 rows × T = 256
+        "batch_tokens": 1024,  # 4 rows × T = 256
         "model": _CPU_MODEL,
         "train": _CPU_TRAIN,
-        "groups": [{"name": "main", "rs": list(RS), "grid": [
-            {"budget": 8e11, "widths": [16, 32, 48, 64]},
-            {"budget": 2.5e12, "widths": [32, 48, 64, 80]},
-            {"budget": 8e12, "widths": [32, 48, 64, 96]},
-        ]}],
+        "groups": [
+            {
+                "name": "main",
+                "rs": list(RS),
+                "grid": [
+                    {"budget": 2e11, "widths": [8, 16, 24, 32]},
+                    {"budget": 6.3e11, "widths": [8, 16, 24, 32]},
+                    {"budget": 2e12, "widths": [16, 24, 32, 48]},
+                ],
+            }
+        ],
     },
-    # ≤ 10 min on 2 cores: 3 budgets spanning 10×, 3 widths each, r ∈ {1, 2, 4}.
+    # ≤ 10 min on 2 cores with 2 workers: 3 budgets spanning 10×, 3 widths each, r ∈ {1, 2, 4}: 27 runs.
     "demo": {
         "name": "demo",
-        "batch_tokens": 2048,
+        "batch_tokens": 1024,
         "model": _CPU_MODEL,
-        "train": _CPU_TRAIN,
-        "groups": [{"name": "main", "rs": [1, 2, 4], "grid": [
-            {"budget": 1e11, "widths": [16, 32, 48]},
-            {"budget": 3.16e11, "widths": [16, 32, 48]},
-            {"budget": 1e12, "widths": [16, 32, 48]},
-        ]}],
+        "train": {**_CPU_TRAIN, "data": {"val_tokens": 8192}},
+        "groups": [
+            {
+                "name": "main",
+                "rs": [1, 2, 4],
+                "grid": [
+                    {"budget": 4e10, "widths": [8, 16, 24]},
+                    {"budget": 1.26e11, "widths": [8, 16, 24]},
+                    {"budget": 4e11, "widths": [16, 24, 32]},
+                ],
+            }
+        ],
     },
 }
 
@@ -108,4 +136,3 @@ def preset(name: str) -> SweepSpec:
     if name not in PRESETS:
         raise UserError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
     return from_dict(SweepSpec, copy.deepcopy(PRESETS[name]), f"preset {name}")
-

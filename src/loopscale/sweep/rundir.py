@@ -49,12 +49,13 @@ def run_dir(root: Path, name: str) -> Path:
 
 
 def read_json(path: Path) -> dict:
-    """Read a JSON object; a truncated or invalid file is a one-line UserError naming it (the file is kept)."""
+    """Read a JSON object; a truncated or invalid file is a one-line UserError naming it (file kept)."""
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: truncated or invalid JSON ({exc.msg} at line {exc.lineno}); "
-                        "delete it to rerun this run") from None
+        raise UserError(
+            f"{path}: truncated or invalid JSON ({exc.msg} at line {exc.lineno}); delete it to rerun this run"
+        ) from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a JSON object")
     return data
@@ -74,16 +75,17 @@ def run_state(root: Path, name: str) -> RunState:
         info = read_json(exit_path)
         return RunState("failed", str(info.get("reason", "process ended without result.json")), None)
     if (folder / "metrics.jsonl").exists():
-        return RunState("pending", "interrupted: started but no result.json yet (resumes from its checkpoint)",
-                        None)
+        return RunState(
+            "pending", "interrupted: started but no result.json yet (resumes from its checkpoint)", None
+        )
     return RunState("pending", "not run yet", None)
 
 
 def init_sweep(spec: SweepSpec, root: Path) -> list[PlannedRun]:
     """Create (or reopen) a sweep folder: write sweep.yaml and every run's run.yaml.
 
-    Every run is checked first (``check_runnable``); reopening with a different spec is refused (a sweep folder holds exactly one sweep, so nothing already
-    trained is mixed with or overwritten by a different grid).
+    Every run is checked first (``check_runnable``); reopening with a different spec is refused (a sweep
+    folder holds exactly one sweep, so nothing already trained is mixed with or overwritten by another grid).
     """
     from loopscale.sweep.plan import check_runnable
 
@@ -94,8 +96,10 @@ def init_sweep(spec: SweepSpec, root: Path) -> list[PlannedRun]:
     spec_path = root / SPEC_FILE
     if spec_path.exists():
         if spec_path.read_text() != spec_text:
-            raise UserError(f"{root} already holds a different sweep ({spec_path}); choose another --out folder "
-                            "or resume it without a spec")
+            raise UserError(
+                f"{root} already holds a different sweep ({spec_path}); choose another --out folder "
+                "or resume it without a spec"
+            )
     else:
         atomic_write_text(spec_path, spec_text)
     for run in runs:
@@ -111,7 +115,9 @@ def open_sweep(root: Path) -> tuple[SweepSpec, list[PlannedRun]]:
     root = Path(root)
     spec_path = root / SPEC_FILE
     if not spec_path.exists():
-        raise UserError(f"{root} is not a sweep folder (no {SPEC_FILE}); start one with `loopscale sweep SPEC --out "
-                        f"{root}`")
+        raise UserError(
+            f"{root} is not a sweep folder (no {SPEC_FILE}); start one with `loopscale sweep SPEC --out "
+            f"{root}`"
+        )
     spec = from_dict(SweepSpec, load_yaml(spec_path), str(spec_path))
     return spec, plan_sweep(spec)

@@ -69,7 +69,9 @@ class RunGroup:
 
     def validate(self) -> None:
         if not _GROUP_NAME.match(self.name):
-            raise UserError(f"group name {self.name!r} must be letters, digits, '.' or '-' (it names run folders)")
+            raise UserError(
+                f"group name {self.name!r} must be letters, digits, '.' or '-' (it names run folders)"
+            )
         if not self.rs:
             raise UserError(f"group {self.name!r}: rs is empty; list at least one loop count")
         if any(r < 1 for r in self.rs) or len(set(self.rs)) != len(self.rs):
@@ -87,8 +89,9 @@ class RunGroup:
             )
         _refuse_owned_train_keys(f"group {self.name!r}", self.train)
         if self.bptt not in ("full", "ceil_half") and not (self.bptt.isdigit() and int(self.bptt) >= 1):
-            raise UserError(f"group {self.name!r}: bptt must be 'full', 'ceil_half' or an integer >= 1, "
-                            f"got {self.bptt!r}")
+            raise UserError(
+                f"group {self.name!r}: bptt must be 'full', 'ceil_half' or an integer >= 1, got {self.bptt!r}"
+            )
 
     def bptt_k(self, r: int) -> int | None:
         """Truncation window for loop count r (None = full backpropagation through all r loops)."""
@@ -133,7 +136,9 @@ class SweepSpec:
             raise UserError(f"sweep {self.name!r}: nproc must be >= 1, got {self.nproc}")
         bad = sorted(set(self.model) & {"width", "r", "bptt_k"})
         if bad:
-            raise UserError(f"sweep {self.name!r}: model may not set {', '.join(bad)} (they come from the grid)")
+            raise UserError(
+                f"sweep {self.name!r}: model may not set {', '.join(bad)} (they come from the grid)"
+            )
         _refuse_owned_train_keys(f"sweep {self.name!r}", self.train)
 
     def model_config(self, group: RunGroup, width: int, r: int) -> ModelConfig:
@@ -145,8 +150,10 @@ class SweepSpec:
 def _refuse_owned_train_keys(where: str, train: dict[str, Any]) -> None:
     owned = sorted(set(train) & set(SWEEP_OWNED_TRAIN_KEYS))
     if owned:
-        raise UserError(f"{where}: train may not set {', '.join(owned)}; the sweep sets them per run "
-                        "(use batch_tokens, seeds, model and the grid)")
+        raise UserError(
+            f"{where}: train may not set {', '.join(owned)}; the sweep sets them per run "
+            "(use batch_tokens, seeds, model and the grid)"
+        )
 
 
 def load_spec(path: str | Path) -> SweepSpec:

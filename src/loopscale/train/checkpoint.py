@@ -202,8 +202,8 @@ def load_checkpoint(
     rng = {k: v for k, v in tensors.items() if k.startswith("rng.")}
     if "rng.cpu" not in rng:
         raise UserError(f"checkpoint {folder} has no RNG state; it is corrupt")
-    device = next(model.parameters()).device
-    opt_tensors = {k: v.to(device) if v.ndim else v for k, v in tensors.items() if not k.startswith("rng.")}
+    # torch's load_state_dict moves state tensors to their parameter's device (the "step" counts stay put)
+    opt_tensors = {k: v for k, v in tensors.items() if not k.startswith("rng.")}
     load_optimizer_state(optimizers, opt_tensors, state["optimizers"], folder)
     set_rng_state(rng)
     return state

@@ -131,7 +131,7 @@ def plan_run(cfg: TrainConfig, ds: PackedDataset, world: int = 1) -> Plan:
             f"model.vocab_size {m.vocab_size} is smaller than the dataset's vocabulary "
             f"{ds.vocab_size}; set model.vocab_size: {ds.vocab_size}"
         )
-    train_rows = ds.num_rows("train")  # UserError when the split is missing or empty
+    ds.num_rows("train")  # UserError when the split is missing or empty
     val_split_rows = ds.num_rows("val")
     if ds.tokenizer_path is not None:
         ds.tokenizer()  # UserError when tokenizer.json does not load
@@ -163,7 +163,7 @@ def plan_run(cfg: TrainConfig, ds: PackedDataset, world: int = 1) -> Plan:
         micro_batch=micro,
         val_tokens=val_tokens,
         val_rows=math.ceil(val_tokens / m.seq_len),
-        train_epochs=ds.epochs_for("train", steps * cfg.batch_rows) if train_rows else 0,
+        train_epochs=ds.epochs_for("train", steps * cfg.batch_rows),
     )
 
 
@@ -264,8 +264,8 @@ def validation_loss(model: torch.nn.Module, ds: PackedDataset, plan: Plan, rt: R
         index = mine[start : start + plan.micro_batch]
         rows = torch.from_numpy(ds.rows("val", index[0], index[-1] - index[0] + 1)[:: rt.world])
         x, y = rows[:, :-1], rows[:, 1:].clone()
-        first_target = torch.tensor(index).view(-1, 1) * t + torch.arange(t).view(1, -1)
-        y[first_target >= plan.val_tokens] = -1
+        target_index = torch.tensor(index).view(-1, 1) * t + torch.arange(t).view(1, -1)
+        y[target_index >= plan.val_tokens] = -1
         x, y = x.to(rt.device), y.to(rt.device)
         with rt.autocast():
             losses = model(x, y, reduction="none")
@@ -300,6 +300,12 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
     started = time.perf_counter()
     ds = PackedDataset(cfg.data.path)
     plan = plan_run(cfg, ds, rt.world)
+    if plan.train_epochs > 1 and rt.is_main:
+        print(
+            f"loopscale train: note: {plan.steps} steps read the train split {plan.train_epochs} times "
+            "(rows repeat)",
+            file=sys.stderr,
+        )
     finished = _check_resumable(run_dir, cfg, resume)
     if finished is not None:
         return finished
