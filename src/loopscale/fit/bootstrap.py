@@ -84,7 +84,7 @@ def refit_weighted(fit: LawFit, table: RunTable, weights: np.ndarray, restarts: 
         restarts,
         np.random.default_rng(seed),
         extra_starts=fit.theta,
-        polish_top=1,
+        polish_top=3,
         scipy_polish=False,
     )
     return np.stack([o.theta for o in optima])

@@ -28,7 +28,8 @@ from loopscale.io import atomic_write_json
 from loopscale.sweep.plan import PlannedRun, format_seconds
 from loopscale.sweep.rundir import EXIT_FILE, LOG_FILE, RESULT_FILE, RUN_CONFIG_FILE, run_dir, run_state
 
-EXIT_FAILED_RUN = 3  # `loopscale train` exit code for a run that failed (result.json has status failed)
+# Exit statuses of a training process stopped on purpose (Ctrl-C, scancel, preemption).
+_STOPPED = {-signal.SIGTERM, -signal.SIGINT, 128 + signal.SIGTERM, 128 + signal.SIGINT}
 _OOM_MARKERS = ("out of memory", "outofmemoryerror", "cannot allocate memory", "memoryerror")
 
 
@@ -110,7 +111,7 @@ def execute_run(root: str | Path, name: str, nproc: int = 1, threads: int | None
             returncode = proc.wait()
         if (folder / RESULT_FILE).exists():
             return run_state(root, name).status
-        if returncode == -signal.SIGTERM or returncode == -signal.SIGINT or _stopping.is_set():
+        if returncode in _STOPPED or _stopping.is_set():
             return "pending"  # stopped on purpose (sweep interrupted, job preempted): resume later
         with open(log_path, errors="replace") as fh:
             fh.seek(max(0, log_path.stat().st_size - 4000))
@@ -140,7 +141,6 @@ class Progress:
     stream: TextIO = sys.stderr
     done: int = 0
     failed: int = 0
-    skipped_flops: int = 0
     remaining_flops: int = 0
     finished_flops: int = 0
     running: list[str] = field(default_factory=list)
