@@ -45,6 +45,7 @@ BATCH_MAX_ITER = 300  # first stage; unfinished starts are still ranked and may 
 POLISH_FTOL = 1e-15
 POLISH_GTOL = 1e-12
 POLISH_MAX_ITER = 10_000  # spec §8.3: at most 10,000 iterations per restart
+PRUNE_REL = 1e-3  # second stage: drop a candidate this far (relative) above the best of its fit
 CHUNK_ELEMENTS = 2_000_000  # starts × runs evaluated per NumPy pass (bounds memory to a few hundred MB)
 
 
@@ -96,13 +97,15 @@ def minimise_batch(
     ftol: float = BATCH_FTOL,
     f_scale: float = 0.0,
     gtol: float = 0.0,
+    groups: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Run projected BFGS from every row of ``x0`` [K, 6] at once → (end points [K, 6], objectives [K]).
 
     ``weights``: None, [n] shared, or [K, n] per start (bootstrap resamples). A start stops when its decrease
     is ≤ ``ftol``·max(|f|, ``f_scale``) on two consecutive steps (f_scale = 1 is L-BFGS-B's rule), the ∞-norm
     of its projected gradient is ≤ ``gtol``, its line search finds no strict decrease, or after ``max_iter``
-    steps.
+    steps. With ``groups`` [K] (which fit each start belongs to), a start is also dropped once its objective
+    exceeds the lowest one of its group by more than ``PRUNE_REL`` (relative): it sits in a worse basin.
     """
     x = x0.copy()
     k, p = x.shape
@@ -167,6 +170,10 @@ def minimise_batch(
         x[active], f[active], g[active] = x_new, f_new, g_new
         converged = np.abs(projected_gradient(x_new, g_new, free)).max(axis=1) <= gtol
         done = ~accepted | (small_steps[active] >= 2) | converged
+        if groups is not None:
+            group_best = np.full(groups.max() + 1, np.inf)
+            np.minimum.at(group_best, groups, f)
+            done |= f_new > group_best[groups[active]] * (1 + PRUNE_REL)
         active = active[~done]
     return x, f
 
@@ -261,6 +268,7 @@ def fit_many(
         ftol=POLISH_FTOL,
         f_scale=1.0,
         gtol=POLISH_GTOL,
+        groups=owner,
     )
     results = []
     for fit in range(n_fits):

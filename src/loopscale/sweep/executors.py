@@ -138,7 +138,7 @@ class Progress:
     """
 
     total: int
-    stream: TextIO = sys.stderr
+    stream: TextIO | None = None  # None: the current sys.stderr
     done: int = 0
     failed: int = 0
     remaining_flops: int = 0
@@ -160,13 +160,13 @@ class Progress:
             f"[sweep {self.done}/{self.total} done{failed}] {event} | running: {current} | "
             f"elapsed {elapsed}, "
             f"{self.eta()}",
-            file=self.stream,
+            file=self.stream or sys.stderr,
             flush=True,
         )
 
 
 def _start(
-    root: Path, runs: list[PlannedRun], stream: TextIO
+    root: Path, runs: list[PlannedRun], stream: TextIO | None
 ) -> tuple[dict[str, str], list[PlannedRun], Progress]:
     """Statuses now, the runs to (re)run — every run without result.json, including runs whose process was
     killed or crashed (they resume from their checkpoint) — and a Progress counting the finished ones."""
@@ -197,7 +197,7 @@ def run_local(
     workers: int = 1,
     nproc: int = 1,
     threads: int | None = None,
-    stream: TextIO = sys.stderr,
+    stream: TextIO | None = None,
 ) -> dict[str, str]:
     """Run every unfinished run with ``workers`` concurrent processes; returns {run name: final status}.
 
@@ -279,7 +279,7 @@ def run_slurm(
     options: SlurmOptions,
     *,
     nproc: int = 1,
-    stream: TextIO = sys.stderr,
+    stream: TextIO | None = None,
     poll_s: float = 2.0,
 ) -> dict[str, str]:
     """Submit every unfinished run as ONE SLURM array job (submitit) and wait for it, showing progress."""
