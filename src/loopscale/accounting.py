@@ -129,7 +129,8 @@ def steps_for_budget(budget: float, flops_per_token: int, batch_tokens: int) -> 
     if steps < 1:
         raise UserError(
             f"budget {budget:.3g} FLOPs is smaller than one step "
-            f"({flops_per_token * batch_tokens:.3g} FLOPs = {flops_per_token:,} FLOPs/token × {batch_tokens:,} tokens)"
+            f"({flops_per_token * batch_tokens:.3g} FLOPs = {flops_per_token:,} FLOPs/token × "
+            f"{batch_tokens:,} tokens)"
         )
     return steps
 

@@ -11,7 +11,7 @@ import dataclasses
 import math
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -33,7 +33,8 @@ def from_dict(cls: type[T], data: dict[str, Any] | None, where: str = "config") 
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise UserError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(fields)}")
+        names = ", ".join(map(repr, unknown))
+        raise UserError(f"{where}: unknown key(s) {names}; allowed: {', '.join(fields)}")
     hints = typing.get_type_hints(cls)
     kwargs = {}
     for name, value in data.items():
@@ -200,7 +201,8 @@ class ModelConfig:
         if self.head_dim % 2:
             raise UserError(f"model: head_dim {self.head_dim} must be even (RoPE rotates pairs)")
         if self.injection not in INJECTIONS:
-            raise UserError(f"model: injection must be one of {', '.join(INJECTIONS)}, got {self.injection!r}")
+            allowed = ", ".join(INJECTIONS)
+            raise UserError(f"model: injection must be one of {allowed}, got {self.injection!r}")
         if self.r < 1:
             raise UserError(f"model: r must be >= 1, got {self.r}")
         if self.vocab_size < 2 or self.seq_len < 1:
@@ -212,7 +214,8 @@ class ModelConfig:
             if not 1 <= self.bptt_k <= layout.r:
                 raise UserError(f"model: bptt_k must be in 1..r={layout.r}, got {self.bptt_k}")
             if layout.injection == "hyperconnect" and self.bptt_k != layout.r:
-                raise UserError("model: truncated BPTT is not supported with hyperconnections (as in the paper)")
+                raise UserError("model: truncated BPTT is not supported with hyperconnections (as in the "
+                                "paper)")
 
     def layout(self) -> Layout:
         """Resolve the iso-depth layout ℓ_p + r·ℓ_rec + ℓ_c = depth, refusing impossible ones."""
@@ -236,7 +239,8 @@ class ModelConfig:
                 f"model: r={self.r} does not divide the recurrent depth {rec_depth} "
                 f"(= depth {self.depth} - prelude {prelude} - coda {coda})"
             )
-        return Layout(prelude=prelude, rec_layers=rec_depth // self.r, coda=coda, r=self.r, injection=injection)
+        rec_layers = rec_depth // self.r
+        return Layout(prelude=prelude, rec_layers=rec_layers, coda=coda, r=self.r, injection=injection)
 
     @property
     def n_head(self) -> int:

@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
         return 0
     print(f"layout     prelude {lay.prelude} → {lay.rec_layers} layers × r={lay.r} → coda {lay.coda} "
-          f"(effective depth {lay.effective_depth}, injection {lay.injection}, bptt_k {cfg.effective_bptt_k})")
+          f"(effective depth {lay.effective_depth}, injection {lay.injection}, "
+          f"bptt_k {cfg.effective_bptt_k})")
     print(f"width      d={cfg.width}, {cfg.n_head} heads × {cfg.head_dim}, vocab {cfg.vocab_size} "
           f"(padded {cfg.padded_vocab}), T={cfg.seq_len}")
     for key, label in [("n", "N"), ("n_once", "N_once"), ("n_rec", "N_rec"), ("n_embed", "N_embed")]:

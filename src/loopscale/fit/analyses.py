@@ -152,16 +152,18 @@ def compute_optimal(
     rs,
     template: ModelConfig | None = None,
     split: str = "paper",
-    width_range: tuple[float, float] = (32.0, 65536.0),
+    width_range: tuple[float, float] | None = None,
 ) -> dict:
     """Minimise L(N_eff(d), C/F(d)) over continuous width d for every (r, C) (spec §8.7, §9.6).
 
     ``coef`` is a fitted law ({E, A, B, alpha, beta[, phi]}; without phi the plain law with N = unique
     parameters). Returns per r: rows {budget, width, n, n_eff, tokens, loss} at the optimum, the exponents
     a_N, a_D of N* ∝ C^a_N and D* ∝ C^a_D (least squares in log-log over the budgets), and the loss gap to
-    r = 1 per budget when r = 1 is among ``rs``. An optimum on the edge of ``width_range`` is flagged.
+    r = 1 per budget when r = 1 is among ``rs``. ``width_range`` defaults to [head_dim, 65,536]: the
+    narrowest legal width (one head) up to far beyond any grid. An optimum on its edge is flagged.
     """
     template = template or paper_template()
+    width_range = width_range or (float(template.head_dim), 65536.0)
     budgets = sorted(float(b) for b in budgets)
     phi = coef.get("phi")
     frontier: dict[str, dict] = {}
