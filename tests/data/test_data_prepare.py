@@ -119,6 +119,24 @@ def test_packing_is_deterministic(corpus_dir, tokenizer_path, tmp_path, packed):
         assert (again.rows(split, 0, n) == packed.rows(split, 0, n)).all()
 
 
+def test_documents_are_packed_in_a_seeded_shuffled_order(corpus_dir, tokenizer_path, tmp_path):
+    """A corpus is stored source by source; packing must shuffle documents so that every prefix of the
+    row stream (every short run) sees the corpus mix. buffer_docs=1 and one row per shard expose the
+    document order directly: without the shuffle the markers would appear in corpus order."""
+    def first_seen_order(seed: int) -> list[int]:
+        out = tmp_path / f"s{seed}"
+        ds = PackedDataset(pack_corpus(corpus_dir, tokenizer_path, out, 31, val_fraction=VAL, seed=seed,
+                                       buffer_docs=1, rows_per_shard=1))
+        text = decoded_split(ds, "train")
+        seen = [i for i in range(len(make_documents())) if marker(i) in text]
+        return sorted(seen, key=lambda i: text.index(marker(i)))
+
+    order = first_seen_order(0)
+    assert len(order) > 10
+    assert order != sorted(order)
+    assert order == first_seen_order(0) and order != first_seen_order(1)
+
+
 def test_prepare_text_folder_is_idempotent_and_resumes(tmp_path):
     folder = tmp_path / "texts"
     folder.mkdir()

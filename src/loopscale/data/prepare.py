@@ -33,6 +33,7 @@ from loopscale.data.corpus import (
 )
 from loopscale.data.dataset import (
     ROWS_PER_SHARD,
+    SPLITS,
     PackedDataset,
     SplitWriter,
     dataset_build,
@@ -125,7 +126,11 @@ def pack_corpus(
         splits: dict[str, Any] = {}
         for split in ("train", "val"):
             stats = PackStats()
-            docs = split_documents(read_corpus(corpus_dir), split, val_fraction)
+            # The corpus is stored source by source; shuffle the documents (seeded) so that every prefix
+            # of the row stream, i.e. every short run, sees the same source mix as the validation split,
+            # as the paper's pre-shuffled FineWeb-Edu shards do.
+            docs = list(split_documents(read_corpus(corpus_dir), split, val_fraction))
+            np.random.default_rng([seed, SPLITS.index(split)]).shuffle(docs)
             rows = best_fit_rows(tokenize_documents(tok, docs, bos_id), row_len, bos_id=bos_id,
                                  buffer_docs=buffer_docs, split_long=split_long, stats=stats)
             writer = SplitWriter(out, split, row_len, np_dtype, seed=seed, rows_per_shard=rows_per_shard)
@@ -148,6 +153,7 @@ def pack_corpus(
             "rows_per_shard": rows_per_shard,
             "val_fraction": val_fraction,
             "seed": seed,
+            "document_order": "shuffled",
             "buffer_docs": buffer_docs,
             "split_long": split_long,
             "corpus": {"path": str(corpus_dir), "documents": info["documents"],
@@ -191,7 +197,8 @@ def prepare(
         ds_dir = out_root / "packed" / f"{name}-{tok_path.parent.name or 'tokenizer'}-T{seq_len}"
     if (ds_dir / "meta.json").is_file():
         ds = PackedDataset(ds_dir)
-        wanted = {"seq_len": seq_len, "val_fraction": val_fraction, "seed": seed}
+        wanted = {"seq_len": seq_len, "val_fraction": val_fraction, "seed": seed,
+                  "document_order": "shuffled"}
         found = {k: ds.meta.get(k) for k in wanted}
         if found != wanted:
             raise UserError(f"{ds_dir} was built with {found}, not {wanted}; delete it or use another --root")

@@ -16,24 +16,12 @@ from pathlib import Path
 
 from loopscale.errors import UserError
 from loopscale.io import atomic_write, atomic_write_text
-from loopscale.sweep.plan import run_train_config
+from loopscale.sweep.plan import PLAN_COLUMNS, run_train_config
 from loopscale.sweep.rundir import open_sweep, read_json, run_dir, run_state
 from loopscale.train.config import OptimConfig
 
-RESULT_COLUMNS = (
-    "run",
-    "group",
-    "budget",
-    "width",
-    "r",
-    "bptt_k",
-    "seed",
-    "n",
-    "n_once",
-    "n_rec",
-    "flops_per_token",
-    "steps",
-    "tokens",
+# The plan's columns (what was planned) followed by what the run produced.
+RESULT_COLUMNS = tuple(c for c in PLAN_COLUMNS if c != "total_flops") + (
     "loss",
     "status",
     "reason",
