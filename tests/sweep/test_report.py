@@ -98,3 +98,22 @@ def test_report_summary_line(tmp_path, capsys):
     assert len(line.splitlines()) == 1
     assert re.match(r"phi = 0\.5\d\d \(95% CI \[0\.\d+, 0\.\d+\]\), R² = 1\.0000, 27 of 27 runs fitted", line)
     assert (tmp_path / "r" / "report.html").exists()
+
+
+def test_report_lists_axis_losses_of_each_cells_compute_optimal_run(reported):
+    root, _ = reported
+    with open(root / "results.csv") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["status"] == "ok"]
+    best = {}
+    for row in rows:
+        key = (float(row["budget"]), int(row["r"]))
+        if key not in best or float(row["loss"]) < float(best[key]["loss"]):
+            best[key] = row
+    md = (root / "report" / "report.md").read_text()
+    section = md.split("## Downstream axes at the compute-optimal checkpoints")[1].split("\n## ")[0]
+    lines = [line for line in section.splitlines() if line.startswith("| ") and "run" not in line]
+    assert len(lines) == len(best)
+    for (budget, r), row in best.items():
+        expected = f"| {budget:.3g} | {r} | {row['run']} | {float(row['loss']):.4f} | "
+        expected += f"{float(row['axis_knowledge']):.4f} | {float(row['axis_reading']):.4f} |"
+        assert expected in lines

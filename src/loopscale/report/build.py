@@ -80,6 +80,9 @@ def build_report(
     report.sections.append(_fits_section(doc))
     report.sections.append(_frontier_section(doc))
     report.sections.append(_minima_section(doc))
+    axes_section = _axes_section(rows)
+    if axes_section is not None:
+        report.sections.append(axes_section)
     report.sections.append(_runs_section(rows, skipped))
     report.sections.append(Section("Figures", [Image(p, _caption(p)) for p in plots]))
     report.sections.append(Section("Full fit output", [Pre(protocol.format())]))
@@ -257,9 +260,42 @@ def _caption(path: Path) -> str:
     }.get(path.stem, path.stem)
 
 
+def _axis_columns(rows: list[dict]) -> list[str]:
+    return sorted({k for row in rows for k in row if k.startswith("axis_")})
+
+
+def _axes_section(rows: list[dict]) -> Section | None:
+    """Per (budget, r) cell, the compute-optimal checkpoint (lowest validation loss in the cell, spec §10.2)
+    and its per-axis continuation losses (nats), as in the paper's headline downstream view."""
+    axes = _axis_columns(rows)
+    if not axes:
+        return None
+    best: dict[tuple[float, int], dict] = {}
+    for row in rows:
+        if row["status"] != "ok":
+            continue
+        key = (row["budget"], row["r"])
+        if key not in best or row["loss"] < best[key]["loss"]:
+            best[key] = row
+
+    def cell(value) -> str:
+        return f"{value:.4f}" if isinstance(value, float) and math.isfinite(value) else "–"
+
+    table = Table(
+        ["C (FLOPs)", "r", "run", "val loss", *(a.removeprefix("axis_") for a in axes)],
+        [
+            [f"{budget:.3g}", str(r), row["run"], cell(row["loss"]), *(cell(row.get(a)) for a in axes)]
+            for (budget, r), row in sorted(best.items())
+        ],
+    )
+    note = ("Per-axis continuation loss (nats per gold token; axis = mean of its tasks) of the "
+            "compute-optimal run of each (budget, r) cell; – where a run was not evaluated.")
+    return Section("Downstream axes at the compute-optimal checkpoints", [note, table])
+
+
 def _axis_plots(rows: list[dict], out_dir: Path) -> list[Path]:
     """Axis continuation loss vs validation loss (nats), one panel per axis, coloured by r."""
-    axes = sorted({k for row in rows for k in row if k.startswith("axis_")})
+    axes = _axis_columns(rows)
     ok = [row for row in rows if row["status"] == "ok"]
     if not axes or not ok:
         return []
