@@ -12,7 +12,8 @@ from loopscale.fit import load_table
 from loopscale.fit.law import law_loss
 from loopscale.paper import JOINT_FIT, MAIN_GRID, grid_runs
 
-CHINCHILLA_CSV = Path(__file__).resolve().parents[3] / "shared" / "data" / "chinchilla_svg_extracted.csv"
+# Epoch AI's extraction of the Chinchilla runs (provenance in data/README.md).
+CHINCHILLA_CSV = Path(__file__).resolve().parent / "data" / "chinchilla_svg_extracted.csv"
 
 
 def simulated_grid(noise: float = 0.0, seed: int = 0, grid=MAIN_GRID, coef=JOINT_FIT) -> list[dict]:

@@ -84,14 +84,17 @@ def run_state(root: Path, name: str) -> RunState:
 def init_sweep(spec: SweepSpec, root: Path) -> list[PlannedRun]:
     """Create (or reopen) a sweep folder: write sweep.yaml and every run's run.yaml.
 
-    Every run is checked first (``check_runnable``); reopening with a different spec is refused (a sweep
-    folder holds exactly one sweep, so nothing already trained is mixed with or overwritten by another grid).
+    Every unfinished run is checked first (``check_runnable``); reopening with a different spec is refused
+    (a sweep folder holds exactly one sweep, so nothing already trained is mixed with or overwritten by
+    another grid).
     """
     from loopscale.sweep.plan import check_runnable
 
     root = Path(root)
     runs = plan_sweep(spec)
-    check_runnable(spec, runs)
+    # Reading every run's state first turns a damaged result.json into one line naming it; runs that
+    # finished need no dataset, so only the others are checked.
+    check_runnable(spec, [run for run in runs if run_state(root, run.name).status != "ok"])
     spec_text = dump_yaml(spec)
     spec_path = root / SPEC_FILE
     if spec_path.exists():
