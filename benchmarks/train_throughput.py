@@ -1,14 +1,19 @@
 """Training throughput of looped models on this machine: tokens/s, achieved FLOP/s, fraction of matmul peak.
 
-For every width × r (effective depth fixed, so FLOPs/token are nearly equal across r) the script times real
-training steps (the code path of ``loopscale train``: forward + backward via ``accumulate_gradients``, then
-the MuonH/AdamW step) and reports, for forward + backward,
+For every width × r (effective depth fixed, so FLOPs/token are nearly equal across r) × mode (eager,
+compiled) × attention kernel the script times real training steps (the code path of ``loopscale train``:
+forward + backward via ``accumulate_gradients``, then the MuonH/AdamW step) and reports, for forward +
+backward,
   tokens/s, achieved FLOP/s = analytic training FLOPs/token (loopscale.accounting) × tokens/s, and the ratio
-  to the fp32 matmul peak measured in the same run (a 2048² matmul, best of 5, probed next to each config;
-  the best probe of the run is the peak),
+  to the fp32 matmul peak measured in the same run (a 2048² matmul, best of 5, probed once per round; the
+  best probe of the run is the peak),
 and the optimiser step's seconds separately (its cost scales with unique parameters, not tokens: at the
 paper's 262,144-token batch it is small; at a benchmark batch of 512 tokens it would dominate r = 1).
-Each allocator (tcmalloc preloaded vs glibc malloc) runs in its own child process.
+The machine is shared and its speed drifts by tens of percent within minutes, so every config is built
+first and the timed steps are interleaved: round k times one step of every config (the order flipping each
+round) and probes the peak; each config reports its fastest step. Ratios between configs (r = 4 vs r = 1,
+compiled vs eager, math vs flash attention) therefore compare the same minutes of the machine. Each
+allocator (tcmalloc preloaded vs glibc malloc) runs in its own child process, one after the other.
 
     .venv/bin/python benchmarks/train_throughput.py                      # eager, both allocators
     .venv/bin/python benchmarks/train_throughput.py --compile --rs 1 4   # + compiled (cold: 25-60 s each)
@@ -39,66 +44,69 @@ def child(args: argparse.Namespace) -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    rt = Runtime(rank=0, world=1, device=torch.device("cpu"), autocast_dtype=None)
     modes = ["eager", "compiled"] if args.compile else ["eager"]
-    configs = [(width, r) for width in args.widths for r in args.rs]
-    for width, r in reversed(configs) if args.reverse else configs:
-        cfg = ModelConfig(
-            width=width,
-            r=r,
-            depth=args.depth,
-            prelude=2,
-            coda=2,
-            head_dim=64,
-            vocab_size=args.vocab,
-            seq_len=args.seq_len,
-        )
-        f = flops_per_token(cfg)
-        for mode in modes:
-            peak = measure_matmul_peak("cpu", "float32")  # next to each timing: the CPU is shared
-            torch.manual_seed(0)
-            model = LoopedGPT(cfg)
-            optim = OptimConfig(d_ref=1e9)  # LR values do not change the step time
-            lrs = peak_learning_rates(optim, cfg, args.batch * args.seq_len, 1e9)
-            optimizers = build_optimizers(model, optim, lrs, "cpu")
-            step_fn = torch.compile(model) if mode == "compiled" else model
-            rows = torch.randint(0, args.vocab, (args.batch, args.seq_len + 1))
-            model_s, optimizer_s, warm_s = [], [], 0.0
-            t_start = time.perf_counter()
-            for i in range(args.warmup + args.steps):
-                t0 = time.perf_counter()
-                accumulate_gradients(step_fn, model, rows, args.batch, rt)
-                t1 = time.perf_counter()
-                for opt in optimizers:
-                    opt.step()
-                model.zero_grad(set_to_none=True)
-                if i >= args.warmup:
-                    model_s.append(t1 - t0)
-                    optimizer_s.append(time.perf_counter() - t1)
-                if i == args.warmup - 1:
-                    warm_s = time.perf_counter() - t_start
-            # The least-disturbed step (other processes share these cores). Forward + backward only: the
-            # optimiser step costs per unique parameter, not per token, and is reported on its own.
-            tokens_per_s = args.batch * args.seq_len / min(model_s)
-            print(
-                json.dumps(
-                    {
-                        "allocator": "tcmalloc" if tcmalloc_active() else "glibc",
-                        "mode": mode,
-                        "width": width,
-                        "r": r,
-                        "flops_per_token": f,
-                        "tokens_per_s": tokens_per_s,
-                        "achieved_flops": f * tokens_per_s,
-                        "peak_flops": peak,
-                        "fraction_of_peak": f * tokens_per_s / peak,
-                        "optimizer_s": min(optimizer_s),
-                        "warmup_s": warm_s,
-                        "threads": torch.get_num_threads(),
-                    }
-                ),
-                flush=True,
-            )
+    # "auto" = what `loopscale train` does: attention written out as matmuls + masked softmax when compiled
+    # on CPU ("math"), else torch's default SDPA kernel (flash attention on CPU).
+    rt = Runtime(rank=0, world=1, device=torch.device("cpu"), autocast_dtype=None)
+    kernels = [(mode, attention == "math" or (attention == "auto" and mode == "compiled"))
+               for mode in modes for attention in args.attention]
+    rows = torch.randint(0, args.vocab, (args.batch, args.seq_len + 1))
+    variants = []
+    for width in args.widths:
+        for r in args.rs:
+            for mode, math_attention in dict.fromkeys(kernels):
+                cfg = ModelConfig(width=width, r=r, depth=args.depth, prelude=2, coda=2, head_dim=64,
+                                  vocab_size=args.vocab, seq_len=args.seq_len)
+                torch.manual_seed(0)
+                model = LoopedGPT(cfg, written_out_attention=math_attention)
+                optim = OptimConfig(d_ref=1e9)  # LR values do not change the step time
+                lrs = peak_learning_rates(optim, cfg, args.batch * args.seq_len, 1e9)
+                variants.append(dict(
+                    key=dict(mode=mode, attention="math" if math_attention else "flash", width=width, r=r),
+                    flops_per_token=flops_per_token(cfg), model=model,
+                    step_fn=torch.compile(model) if mode == "compiled" else model,
+                    optimizers=build_optimizers(model, optim, lrs, "cpu"),
+                    model_s=[], optimizer_s=[], warmup_s=0.0,
+                ))
+
+    def step(v: dict) -> tuple[float, float]:
+        t0 = time.perf_counter()
+        accumulate_gradients(v["step_fn"], v["model"], rows, args.batch, rt)
+        t1 = time.perf_counter()
+        for opt in v["optimizers"]:
+            opt.step()
+        v["model"].zero_grad(set_to_none=True)
+        return t1 - t0, time.perf_counter() - t1
+
+    for v in variants:  # warm-up (the compiled variants compile here)
+        t0 = time.perf_counter()
+        for _ in range(args.warmup):
+            step(v)
+        v["warmup_s"] = time.perf_counter() - t0
+    # Timed rounds: one step of every variant per round, the order flipping each round, and a matmul peak
+    # probe per round, so that every variant and the peak sample the same (shared, noisy) machine.
+    peaks = []
+    for round_index in range(args.steps):
+        peaks.append(measure_matmul_peak("cpu", "float32"))
+        for v in variants if round_index % 2 == 0 else reversed(variants):
+            model_s, optimizer_s = step(v)
+            v["model_s"].append(model_s)
+            v["optimizer_s"].append(optimizer_s)
+    for v in variants:
+        # The least-disturbed step. Forward + backward only: the optimiser step costs per unique
+        # parameter, not per token, and is reported on its own.
+        tokens_per_s = args.batch * args.seq_len / min(v["model_s"])
+        print(json.dumps({
+            "allocator": "tcmalloc" if tcmalloc_active() else "glibc",
+            **v["key"],
+            "flops_per_token": v["flops_per_token"],
+            "tokens_per_s": tokens_per_s,
+            "achieved_flops": v["flops_per_token"] * tokens_per_s,
+            "peak_flops": max(peaks),
+            "optimizer_s": min(v["optimizer_s"]),
+            "warmup_s": v["warmup_s"],
+            "threads": torch.get_num_threads(),
+        }), flush=True)
 
 
 def main() -> None:
@@ -111,14 +119,17 @@ def main() -> None:
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--vocab", type=int, default=4096)
     p.add_argument("--batch", type=int, default=4, help="sequences per step")
-    p.add_argument("--steps", type=int, default=2, help="timed steps per config (the fastest is reported)")
-    p.add_argument("--repeats", type=int, default=2, help="runs of every allocator, alternating (best kept)")
-    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--steps", type=int, default=6,
+                   help="timed rounds: one step of every config per round (the fastest step is reported)")
+    p.add_argument("--repeats", type=int, default=1, help="runs of every allocator, alternating (best kept)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps per config (compiles)")
     p.add_argument("--compile", action="store_true", help="also time torch.compile (cold compile per config)")
+    p.add_argument("--attention", nargs="+", default=["auto"], choices=["auto", "flash", "math"],
+                   help="attention kernel(s) to time: flash = torch's SDPA (its CPU flash kernel), math = "
+                   "written out as matmuls + masked softmax, auto = as loopscale train (math when compiled)")
     p.add_argument("--allocators", nargs="+", default=["tcmalloc", "glibc"], choices=["tcmalloc", "glibc"])
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--reverse", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         child(args)
@@ -126,7 +137,7 @@ def main() -> None:
     from loopscale.train.perf import tcmalloc_library
 
     runs = []
-    for repeat in range(args.repeats):  # allocators alternate, config order flips: both see similar load
+    for _ in range(args.repeats):  # allocators alternate: both see similar load
         for allocator in args.allocators:
             env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
             if allocator == "tcmalloc":
@@ -134,16 +145,14 @@ def main() -> None:
                     print("tcmalloc not installed; skipping", file=sys.stderr)
                     continue
                 env["LD_PRELOAD"] = tcmalloc_library()
-            argv = [a for a in sys.argv[1:] if a not in ("--child", "--reverse")]
-            order = ["--reverse"] if repeat % 2 else []
-            child_argv = [sys.executable, __file__, *argv, "--child", *order]
+            child_argv = [sys.executable, __file__, *sys.argv[1:], "--child"]
             done = subprocess.run(child_argv, env=env, capture_output=True, text=True)
             if done.returncode:
                 sys.exit(f"benchmark child ({allocator}) failed:\n{done.stderr[-3000:]}")
             runs += [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     best: dict[tuple, dict] = {}
     for run in runs:  # best tokens/s and best peak over the repeats (the least-disturbed measurements)
-        key = (run["allocator"], run["mode"], run["width"], run["r"])
+        key = (run["allocator"], run["mode"], run["attention"], run["width"], run["r"])
         if key not in best:
             best[key] = dict(run)
         best[key]["tokens_per_s"] = max(best[key]["tokens_per_s"], run["tokens_per_s"])
@@ -154,16 +163,18 @@ def main() -> None:
         f"fp32 matmul peak (best probe): {peak / 1e9:.1f} GFLOP/s, {runs[0]['threads']} threads, "
         f"{args.repeats} repeat(s), load average after: {os.getloadavg()[0]:.2f}"
     )
-    columns = "allocator mode d r FLOPs/token tokens/s GFLOP/s %_of_peak vs_r=1 vs_glibc optimizer_s"
+    columns = ("allocator mode attention d r FLOPs/token tokens/s GFLOP/s %_of_peak vs_r=1 vs_glibc "
+               "optimizer_s")
     print("| " + " | ".join(c.replace("_", " ") for c in columns.split()) + " |")
     print("|---" * len(columns.split()) + "|")
-    for (allocator, mode, width, r), row in best.items():
+    for (allocator, mode, attention, width, r), row in best.items():
         achieved = row["flops_per_token"] * row["tokens_per_s"]
-        base = best.get((allocator, mode, width, args.rs[0]))
-        glibc = best.get(("glibc", mode, width, r))
+        base = best.get((allocator, mode, attention, width, args.rs[0]))
+        glibc = best.get(("glibc", mode, attention, width, r))
         cells = [
             allocator,
             mode,
+            attention,
             width,
             r,
             f"{row['flops_per_token']:.3e}",

@@ -101,6 +101,17 @@ def test_results_do_not_depend_on_the_micro_batch(dataset, tmp_path):
     assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-5)
 
 
+def test_compiled_run_follows_the_eager_run(dataset, tmp_path):
+    """compile: true (inductor, attention written out on CPU) trains the same model as eager: same losses
+    to float tolerance, same result fields."""
+    eager = train(tiny_config(dataset, steps=3), tmp_path / "eager")
+    compiled = train(tiny_config(dataset, steps=3, compile=True), tmp_path / "compiled")
+    for me, mc in zip(metrics(tmp_path / "eager"), metrics(tmp_path / "compiled"), strict=True):
+        assert mc["loss"] == pytest.approx(me["loss"], rel=1e-4)
+    assert compiled["val_loss"] == pytest.approx(eager["val_loss"], rel=1e-4)
+    assert compiled["steps"] == eager["steps"] and compiled["tokens"] == eager["tokens"]
+
+
 def test_non_finite_loss_stops_the_run_with_exit_code_3(dataset, tmp_path, capsys):
     cfg = tiny_config(dataset, steps=10, optim={"norm_lr": 1e30, "embed_lr": 1e30})
     (tmp_path / "run.yaml").write_text(dump_yaml(cfg))
