@@ -51,8 +51,7 @@ def model_config(args: argparse.Namespace, r: int) -> ModelConfig:
 def timed_steps(args, cfg: ModelConfig, rt: Runtime, compiled: bool, rows: torch.Tensor) -> dict:
     """Seconds of forward + backward (+ optimiser) per step, fastest of ``args.steps`` after warm-up."""
     torch.manual_seed(0)
-    # As loopscale train: attention written out only when compiling on CPU.
-    model = LoopedGPT(cfg, written_out_attention=compiled and rt.device.type == "cpu").to(rt.device)
+    model = LoopedGPT(cfg).to(rt.device)
     lrs = peak_learning_rates(OptimConfig(), cfg, rows.numel(), 1e10)
     optimizers = build_optimizers(model, OptimConfig(), lrs, rt.device.type)
     step_fn = torch.compile(model) if compiled else model

@@ -1,7 +1,7 @@
 """Training throughput of looped models on this machine: tokens/s, achieved FLOP/s, fraction of matmul peak.
 
 For every width × r (effective depth fixed, so FLOPs/token are nearly equal across r) × mode (eager,
-compiled) × attention kernel the script times real training steps (the code path of ``loopscale train``:
+compiled) the script times real training steps (the code path of ``loopscale train``:
 forward + backward via ``accumulate_gradients``, then the MuonH/AdamW step) and reports, for forward +
 backward,
   tokens/s, achieved FLOP/s = analytic training FLOPs/token (loopscale.accounting) × tokens/s, and the ratio
@@ -12,13 +12,16 @@ paper's 262,144-token batch it is small; at a benchmark batch of 512 tokens it w
 The machine is shared and its speed drifts by tens of percent within minutes, so every config is built
 first and the timed steps are interleaved: round k times one step of every config (the order flipping each
 round) and probes the peak; each config reports its fastest step. Ratios between configs (r = 4 vs r = 1,
-compiled vs eager, math vs flash attention) therefore compare the same minutes of the machine. Each
+compiled vs eager) therefore compare the same minutes of the machine. Each
 allocator (tcmalloc preloaded vs glibc malloc) runs in its own child process, one after the other.
 
-    .venv/bin/python benchmarks/train_throughput.py                      # eager, both allocators
-    .venv/bin/python benchmarks/train_throughput.py --compile --rs 1 4   # + compiled (cold: 25-60 s each)
+    .venv/bin/python benchmarks/train_throughput.py --threads 2                 # eager, both allocators
+    .venv/bin/python benchmarks/train_throughput.py --threads 2 --compile --widths 256 --steps 12 \
+        --allocators tcmalloc --injections linear additive                        # + compiled (cold compiles)
 
-Targets (issue 2): compiled >= 65% of peak at d >= 256; looped r = 4 >= 95% of r = 1 tokens/s.
+Targets (issue 2): compiled >= 65% of peak at d >= 256; looped r = 4 >= 95% of r = 1 tokens/s. The r > 1
+models use the paper's linear injection, whose W_inj adds ~4% FLOPs/token over the plain r = 1 model;
+``--injections additive`` adds a control with the FLOPs of r = 1. Figures: benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -45,29 +48,28 @@ def child(args: argparse.Namespace) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     modes = ["eager", "compiled"] if args.compile else ["eager"]
-    # "auto" = what `loopscale train` does: attention written out as matmuls + masked softmax when compiled
-    # on CPU ("math"), else torch's default SDPA kernel (flash attention on CPU).
     rt = Runtime(rank=0, world=1, device=torch.device("cpu"), autocast_dtype=None)
-    kernels = [(mode, attention == "math" or (attention == "auto" and mode == "compiled"))
-               for mode in modes for attention in args.attention]
     rows = torch.randint(0, args.vocab, (args.batch, args.seq_len + 1))
     variants = []
-    for width in args.widths:
-        for r in args.rs:
-            for mode, math_attention in dict.fromkeys(kernels):
-                cfg = ModelConfig(width=width, r=r, depth=args.depth, prelude=2, coda=2, head_dim=64,
-                                  vocab_size=args.vocab, seq_len=args.seq_len)
-                torch.manual_seed(0)
-                model = LoopedGPT(cfg, written_out_attention=math_attention)
-                optim = OptimConfig(d_ref=1e9)  # LR values do not change the step time
-                lrs = peak_learning_rates(optim, cfg, args.batch * args.seq_len, 1e9)
-                variants.append(dict(
-                    key=dict(mode=mode, attention="math" if math_attention else "flash", width=width, r=r),
-                    flops_per_token=flops_per_token(cfg), model=model,
-                    step_fn=torch.compile(model) if mode == "compiled" else model,
-                    optimizers=build_optimizers(model, optim, lrs, "cpu"),
-                    model_s=[], optimizer_s=[], warmup_s=0.0,
-                ))
+    # r = 1 is the plain model (no injection); every r > 1 runs once per --injections entry.
+    shapes = [(width, r, injection) for width in args.widths for r in args.rs
+              for injection in (["none"] if r == 1 else args.injections)]
+    for width, r, injection in shapes:
+        for mode in modes:
+            cfg = ModelConfig(width=width, r=r, depth=args.depth, prelude=2, coda=2, head_dim=64,
+                              vocab_size=args.vocab, seq_len=args.seq_len,
+                              injection="auto" if r == 1 else injection)
+            torch.manual_seed(0)
+            model = LoopedGPT(cfg)
+            optim = OptimConfig(d_ref=1e9)  # LR values do not change the step time
+            lrs = peak_learning_rates(optim, cfg, args.batch * args.seq_len, 1e9)
+            variants.append(dict(
+                key=dict(mode=mode, width=width, r=r, injection=injection),
+                flops_per_token=flops_per_token(cfg), model=model,
+                step_fn=torch.compile(model) if mode == "compiled" else model,
+                optimizers=build_optimizers(model, optim, lrs, "cpu"),
+                model_s=[], optimizer_s=[], warmup_s=0.0,
+            ))
 
     def step(v: dict) -> tuple[float, float]:
         t0 = time.perf_counter()
@@ -116,6 +118,9 @@ def main() -> None:
     p.add_argument(
         "--depth", type=int, default=12, help="effective depth (2 + 8 + 2: every r in 1,2,4,8 fits)"
     )
+    p.add_argument("--injections", nargs="+", default=["linear"], choices=["linear", "additive", "none"],
+                   help="injection of the r > 1 models (the paper's is linear; additive and none have no "
+                   "injection matmul, which separates the cost of looping from the cost of W_inj)")
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--vocab", type=int, default=4096)
     p.add_argument("--batch", type=int, default=4, help="sequences per step")
@@ -124,9 +129,6 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=1, help="runs of every allocator, alternating (best kept)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per config (compiles)")
     p.add_argument("--compile", action="store_true", help="also time torch.compile (cold compile per config)")
-    p.add_argument("--attention", nargs="+", default=["auto"], choices=["auto", "flash", "math"],
-                   help="attention kernel(s) to time: flash = torch's SDPA (its CPU flash kernel), math = "
-                   "written out as matmuls + masked softmax, auto = as loopscale train (math when compiled)")
     p.add_argument("--allocators", nargs="+", default=["tcmalloc", "glibc"], choices=["tcmalloc", "glibc"])
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -152,7 +154,7 @@ def main() -> None:
             runs += [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     best: dict[tuple, dict] = {}
     for run in runs:  # best tokens/s and best peak over the repeats (the least-disturbed measurements)
-        key = (run["allocator"], run["mode"], run["attention"], run["width"], run["r"])
+        key = (run["allocator"], run["mode"], run["width"], run["r"], run["injection"])
         if key not in best:
             best[key] = dict(run)
         best[key]["tokens_per_s"] = max(best[key]["tokens_per_s"], run["tokens_per_s"])
@@ -163,20 +165,20 @@ def main() -> None:
         f"fp32 matmul peak (best probe): {peak / 1e9:.1f} GFLOP/s, {runs[0]['threads']} threads, "
         f"{args.repeats} repeat(s), load average after: {os.getloadavg()[0]:.2f}"
     )
-    columns = ("allocator mode attention d r FLOPs/token tokens/s GFLOP/s %_of_peak vs_r=1 vs_glibc "
+    columns = ("allocator mode d r injection FLOPs/token tokens/s GFLOP/s %_of_peak vs_r=1 vs_glibc "
                "optimizer_s")
     print("| " + " | ".join(c.replace("_", " ") for c in columns.split()) + " |")
     print("|---" * len(columns.split()) + "|")
-    for (allocator, mode, attention, width, r), row in best.items():
+    for (allocator, mode, width, r, injection), row in best.items():
         achieved = row["flops_per_token"] * row["tokens_per_s"]
-        base = best.get((allocator, mode, attention, width, args.rs[0]))
-        glibc = best.get(("glibc", mode, attention, width, r))
+        base = best.get((allocator, mode, width, 1, "none"))
+        glibc = best.get(("glibc", mode, width, r, injection))
         cells = [
             allocator,
             mode,
-            attention,
             width,
             r,
+            injection,
             f"{row['flops_per_token']:.3e}",
             f"{row['tokens_per_s']:,.0f}",
             f"{achieved / 1e9:.1f}",

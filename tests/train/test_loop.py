@@ -102,8 +102,8 @@ def test_results_do_not_depend_on_the_micro_batch(dataset, tmp_path):
 
 
 def test_compiled_run_follows_the_eager_run(dataset, tmp_path):
-    """compile: true (inductor, attention written out on CPU) trains the same model as eager: same losses
-    to float tolerance, same result fields."""
+    """compile: true (inductor) trains the same model as eager: same losses to float tolerance, same
+    result fields."""
     eager = train(tiny_config(dataset, steps=3), tmp_path / "eager")
     compiled = train(tiny_config(dataset, steps=3, compile=True), tmp_path / "compiled")
     for me, mc in zip(metrics(tmp_path / "eager"), metrics(tmp_path / "compiled"), strict=True):

@@ -64,25 +64,11 @@ class KVSlot:
         self.v: torch.Tensor | None = None
 
 
-def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, written_out: bool) -> torch.Tensor:
-    """softmax(q·kᵀ/√hd + causal mask)·v over [B, H, T, hd]. ``written_out`` spells the same computation as
-    matmuls + masked softmax instead of SDPA's kernel: under torch.compile on CPU inductor fuses the mask and
-    softmax between two batched matmuls, which beats the CPU flash kernel (benchmarks/RESULTS.md); it keeps
-    the T×T weights per head for the backward, so the flash kernel stays the default."""
-    if not written_out:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    t = q.size(-2)
-    scores = (q @ k.transpose(-2, -1)) * q.size(-1) ** -0.5
-    future = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
-    return scores.masked_fill(future, float("-inf")).softmax(dim=-1) @ v
-
-
 class CausalSelfAttention(nn.Module):
-    def __init__(self, cfg: ModelConfig, written_out: bool = False):
+    def __init__(self, cfg: ModelConfig):
         super().__init__()
         d = cfg.width
         self.n_head, self.head_dim, self.eps = cfg.n_head, cfg.head_dim, cfg.norm_eps
-        self.written_out = written_out
         self.c_q = nn.Linear(d, d, bias=False)
         self.c_k = nn.Linear(d, d, bias=False)
         self.c_v = nn.Linear(d, d, bias=False)
@@ -99,7 +85,7 @@ class CausalSelfAttention(nn.Module):
                 k, v = torch.cat([kv.k, k], dim=2), torch.cat([kv.v, v], dim=2)
             kv.k, kv.v = k, v
         if t == k.size(2):
-            y = causal_attention(q, k, v, self.written_out)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         elif t == 1:  # one new token attends to every cached position
             y = F.scaled_dot_product_attention(q, k, v)
         else:
@@ -118,10 +104,10 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig, written_out_attention: bool = False):
+    def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.norm_attn = RMSNorm(cfg.width, cfg.norm_eps)
-        self.attn = CausalSelfAttention(cfg, written_out_attention)
+        self.attn = CausalSelfAttention(cfg)
         self.norm_mlp = RMSNorm(cfg.width, cfg.norm_eps)
         self.mlp = MLP(cfg.width)
 
@@ -131,12 +117,9 @@ class Block(nn.Module):
 
 
 class LoopedGPT(nn.Module):
-    """Prelude → shared block × r → coda, built from ``cfg.layout()`` with the paper's initialisation.
+    """Prelude → shared block × r → coda, built from ``cfg.layout()`` with the paper's initialisation."""
 
-    ``written_out_attention`` (no parameters, not part of the config) picks the attention kernel: see
-    ``causal_attention``; ``loopscale train`` sets it when it compiles on CPU."""
-
-    def __init__(self, cfg: ModelConfig, *, written_out_attention: bool = False):
+    def __init__(self, cfg: ModelConfig):
         super().__init__()
         cfg.validate()
         self.cfg = cfg
@@ -144,10 +127,10 @@ class LoopedGPT(nn.Module):
         d, eps = cfg.width, cfg.norm_eps
         self.wte = nn.Embedding(cfg.padded_vocab, d)
         self.norm_emb = RMSNorm(d, eps)
-        self.prelude = nn.ModuleList(Block(cfg, written_out_attention) for _ in range(lay.prelude))
-        self.recur = nn.ModuleList(Block(cfg, written_out_attention) for _ in range(lay.rec_layers))
+        self.prelude = nn.ModuleList(Block(cfg) for _ in range(lay.prelude))
+        self.recur = nn.ModuleList(Block(cfg) for _ in range(lay.rec_layers))
         self.norm_recur = RMSNorm(d, eps)
-        self.coda = nn.ModuleList(Block(cfg, written_out_attention) for _ in range(lay.coda))
+        self.coda = nn.ModuleList(Block(cfg) for _ in range(lay.coda))
         self.norm_final = RMSNorm(d, eps)
         self.lm_head = nn.Linear(d, cfg.padded_vocab, bias=False)
         self.inject = nn.Linear(2 * d, d, bias=False) if lay.injection == "linear" else None

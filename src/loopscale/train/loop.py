@@ -316,10 +316,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
     peak_lrs = peak_learning_rates(cfg.optim, cfg.model, cfg.batch_tokens, plan.tokens)
 
     torch.manual_seed(cfg.seed)
-    # Compiled on CPU, attention is written out as matmuls + masked softmax, which inductor fuses (faster
-    # than the CPU flash kernel; benchmarks/RESULTS.md). Same computation, no parameters.
-    written_out = cfg.compile and rt.device.type == "cpu"
-    model = LoopedGPT(cfg.model, written_out_attention=written_out).to(rt.device)
+    model = LoopedGPT(cfg.model).to(rt.device)
     optimizers = build_optimizers(model, cfg.optim, peak_lrs, rt.device.type)
     state: dict[str, Any] = {"step": 0, "train_time_s": 0.0, "wall_time_s": 0.0}
     if latest is not None:
