@@ -48,12 +48,24 @@ def model_config(args: argparse.Namespace, r: int) -> ModelConfig:
                        seq_len=2048)
 
 
-def timed_steps(args, cfg: ModelConfig, rt: Runtime, compiled: bool, rows: torch.Tensor) -> dict:
-    """Seconds of forward + backward (+ optimiser) per step, fastest of ``args.steps`` after warm-up."""
+def seeded_model(cfg: ModelConfig, device: torch.device, batch_rows: int) -> tuple[LoopedGPT, list]:
+    """The seed-0 model on ``device`` and its MuonH + AdamW optimisers (the recipe's LRs for this batch)."""
     torch.manual_seed(0)
-    model = LoopedGPT(cfg).to(rt.device)
-    lrs = peak_learning_rates(OptimConfig(), cfg, rows.numel(), 1e10)
-    optimizers = build_optimizers(model, OptimConfig(), lrs, rt.device.type)
+    model = LoopedGPT(cfg).to(device)
+    lrs = peak_learning_rates(OptimConfig(), cfg, batch_rows * cfg.seq_len, 1e10)
+    return model, build_optimizers(model, OptimConfig(), lrs, device.type)
+
+
+def optimizer_step(model: LoopedGPT, optimizers: list) -> None:
+    for opt in optimizers:
+        opt.step()
+    model.zero_grad(set_to_none=True)
+
+
+def timed_steps(args, cfg: ModelConfig, rt: Runtime, compiled: bool, rows: torch.Tensor) -> dict:
+    """Seconds of forward + backward per step, fastest of ``args.steps`` after warm-up (the optimiser step
+    runs between them, untimed)."""
+    model, optimizers = seeded_model(cfg, rt.device, rows.size(0))
     step_fn = torch.compile(model) if compiled else model
     sync = torch.cuda.synchronize if rt.device.type == "cuda" else (lambda: None)
     losses, best, t_warm = [], float("inf"), time.perf_counter()
@@ -63,9 +75,7 @@ def timed_steps(args, cfg: ModelConfig, rt: Runtime, compiled: bool, rows: torch
         losses.append(accumulate_gradients(step_fn, model, rows, args.micro_batch, rt))
         sync()
         t1 = time.perf_counter()
-        for opt in optimizers:
-            opt.step()
-        model.zero_grad(set_to_none=True)
+        optimizer_step(model, optimizers)
         if i == args.warmup - 1:
             t_warm = time.perf_counter() - t_warm
         if i >= args.warmup:
@@ -102,18 +112,13 @@ def ddp_child(args) -> None:
     torch.cuda.set_device(device)
     rt = Runtime(rank=rank, world=world, device=device, autocast_dtype=torch.bfloat16)
     cfg = model_config(args, 4)
-    torch.manual_seed(0)
-    model = LoopedGPT(cfg).to(device)
     rows = torch.randint(0, cfg.vocab_size, (8, cfg.seq_len + 1), generator=torch.Generator().manual_seed(1))
+    model, optimizers = seeded_model(cfg, device, rows.size(0))
     mine = rows[rank::world].to(device)  # the training loop's strided split of the global batch
-    optimizers = build_optimizers(model, OptimConfig(), peak_learning_rates(OptimConfig(), cfg, rows.numel(),
-                                                                             1e10), "cuda")
     curve = []
     for _ in range(4):
         curve.append(accumulate_gradients(model, model, mine, 2, rt))
-        for opt in optimizers:
-            opt.step()
-        model.zero_grad(set_to_none=True)
+        optimizer_step(model, optimizers)
     if rank == 0:
         print(json.dumps(curve), flush=True)
     dist.destroy_process_group()

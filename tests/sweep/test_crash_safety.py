@@ -23,11 +23,10 @@ import pytest
 from .helpers import env_with, results, sweep_cmd, write_spec
 
 
-def kill_when(proc: subprocess.Popen, ready, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
+def kill_when(proc: subprocess.Popen, ready) -> None:
+    # No deadline: the sweep ends by itself, and ending before the kill point is the failure.
     while not ready():
         assert proc.poll() is None, "the sweep ended before the kill point"
-        assert time.monotonic() < deadline, "kill point not reached"
         time.sleep(0.01)
     os.killpg(proc.pid, signal.SIGKILL)  # kill -9 of the executor and its training process
     proc.wait()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -38,13 +37,12 @@ def test_kill_9_then_resume_equals_an_uninterrupted_run_exactly(dataset, tmp_pat
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+    while proc.poll() is None:  # no deadline: a run that finishes first fails the assertion below
         lines = (run / "metrics.jsonl").read_text().count("\n") if (run / "metrics.jsonl").exists() else 0
         if lines >= 11:
             break
         time.sleep(0.005)
-    os.kill(proc.pid, signal.SIGKILL)
+    proc.kill()  # SIGKILL (kill -9); a no-op if the run already ended
     proc.wait()
     assert not (run / "result.json").exists(), "the run finished before it could be killed"
     checkpoint = latest_checkpoint(run)
