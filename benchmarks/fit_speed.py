@@ -1,6 +1,6 @@
 """Speed and exactness of the fitter on the simulated paper grid (issue 3's benchmark; not a test).
 
-Runs, on the 116-run grid of spec §5.2 with losses from the published law plus σ = 0.010 nats of noise:
+Runs, on the 116-run grid of method §5.2 with losses from the published law plus σ = 0.010 nats of noise:
 
 1. the full protocol (``run_protocol``): joint fit with 500 random starts, φ = 0 and φ = 1 fits, four per-r
    fits and two budget-half refits (500 starts each), and a 200-resample cell bootstrap whose refits start

@@ -44,7 +44,7 @@ H200_BF16_DENSE = 989e12  # datasheet, dense bf16 (SXM)
 def model_config(args: argparse.Namespace, r: int) -> ModelConfig:
     if args.tiny:
         return ModelConfig(width=64, head_dim=32, depth=6, prelude=1, coda=1, r=r, vocab_size=512, seq_len=64)
-    return ModelConfig(width=640, head_dim=128, depth=20, prelude=2, coda=2, r=r, vocab_size=32064,
+    return ModelConfig(width=640, head_dim=128, depth=20, prelude=2, coda=2, r=r, vocab_size=32001,
                        seq_len=2048)
 
 

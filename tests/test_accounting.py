@@ -1,6 +1,6 @@
-"""accounting.py against the spec's numbers: Table §3.3, §3.4, V1–V3 of §14, closed forms of §3.2/§4.2.
+"""accounting.py against the numbers of docs/method.md: §3.3, §3.4, V1–V3 of §14, closed forms of §3.2/§4.2.
 
-Integers must match exactly; FLOPs to the printed digits (spec §14).
+Integers must match exactly; FLOPs to the printed digits (method §14).
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ def test_all_116_grid_steps_and_the_published_tokens():
     for (budget, s), (d_published, steps) in GRID_5_2.items():
         got = [steps_for_budget(budget, flops_per_token(paper(s, r)), BATCH_TOKENS) for r in RS]
         assert tuple(got) == steps, (budget, s)
-        # Table 6 carries 2–3 significant figures; the formula is within 3% of it (spec §4.4).
+        # Table 6 carries 2–3 significant figures; the formula is within 3% of it (method §4.4).
         assert abs(got[0] * BATCH_TOKENS / 1e9 / d_published - 1) < 0.03
         # F·B·steps is within about 0.1% of C.
         for r, n_steps in zip(RS, got):
@@ -287,8 +287,10 @@ def test_closed_form_flops_4_2(d, r):
     for k in (1, 2, 3):
         hc = replace(cfg, injection="hyperconnect", hc_lanes=k)
         assert flops_per_token(hc) - flops_per_token(replace(cfg, r=1)) == 6 * r * (k * k + 2 * k) * d
-        extra_once = count_params(hc).n_once - count_params(replace(cfg, injection="none")).n_once
-        assert extra_once == r * (k * k + 2 * k)
+        # The r·(K² + 2K) scalars count in N_rec (and N), as in the authors' released code; N_once unchanged.
+        plain = count_params(replace(cfg, injection="none"))
+        assert count_params(hc).n_once == plain.n_once
+        assert count_params(hc).n_rec - plain.n_rec == r * (k * k + 2 * k)
 
 
 @given(d=widths, r=st.sampled_from((2, 4, 8)), data=st.data())

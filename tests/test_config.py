@@ -174,6 +174,7 @@ def test_padded_vocab(vocab):
 def test_paper_vocab_pads_to_32064():
     assert ModelConfig(vocab_size=32_008).padded_vocab == 32_064
     assert ModelConfig(vocab_size=32_001).padded_vocab == 32_064
+    assert ModelConfig().vocab_size == 32_001  # the default is the true vocabulary of the authors' tokenizer
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Parameter and FLOPs accounting exactly as the paper counts them (spec §3–§4).
+"""Parameter and FLOPs accounting exactly as the paper counts them (method §3–§4).
 
 Units: parameters are counts; FLOPs are per *token* (multiply by tokens for a run's total).
 No torch here: the planner and the fitter use this module too.
@@ -22,11 +22,11 @@ from loopscale.errors import UserError
 
 @dataclass(frozen=True)
 class ParamCounts:
-    """Parameter counts of one model (spec §3.1). ``n = n_once + n_rec`` exactly."""
+    """Parameter counts of one model (method §3.1). ``n = n_once + n_rec`` exactly."""
 
     n: int  # non-embedding parameters: blocks + injection + 3d model-level norm gains
-    n_once: int  # applied once per token: prelude, coda, the 3d model-level gains (and HC scalars)
-    n_rec: int  # applied r times per token: recurrent block + injection
+    n_once: int  # applied once per token: prelude, coda, the 3d model-level gains
+    n_rec: int  # applied r times per token: recurrent block + injection (W_inj, or all HC scalars)
     n_embed: int  # wte + lm_head (padded vocabulary × d each)
 
     def as_dict(self) -> dict[str, int]:
@@ -41,27 +41,30 @@ def block_params(d: int) -> int:
 def injection_params(d: int, layout: Layout, hc_lanes: int = 2) -> int:
     """Parameters of the injection applied in each loop: 2d² for linear, 0 for additive/none.
 
-    Hyperconnection scalars are per iteration (r·(K² + 2K) in all); they are counted by ``count_params``
-    into N_once because each scalar is used once per token, not r times.
+    Hyperconnection scalars are per iteration (r·(K² + 2K) in all) and are added by ``count_params``.
     """
     return 2 * d * d if layout.injection == "linear" else 0
 
 
 def count_params(cfg: ModelConfig) -> ParamCounts:
-    """N, N_once, N_rec, N_embed for ``cfg`` with the paper's split (injection in N_rec, 3d in N_once)."""
+    """N, N_once, N_rec, N_embed for ``cfg`` with the paper's split (injection in N_rec, 3d in N_once).
+
+    The r·(K² + 2K) hyperconnection scalars count in N_rec (and N), as the authors' released code counts them
+    (``GPT.num_scaling_params``/``effective_params`` put them with the injection, in the reused parameters).
+    """
     d, lay = cfg.width, cfg.layout()
     n_b = block_params(d)
     n_rec = lay.rec_layers * n_b + injection_params(d, lay)
     n_once = (lay.prelude + lay.coda) * n_b + 3 * d
     if lay.injection == "hyperconnect":
         k = cfg.hc_lanes
-        n_once += lay.r * (k * k + 2 * k)
+        n_rec += lay.r * (k * k + 2 * k)
     n_embed = 2 * cfg.padded_vocab * d
     return ParamCounts(n=n_once + n_rec, n_once=n_once, n_rec=n_rec, n_embed=n_embed)
 
 
 def ls_split(cfg: ModelConfig, rs: tuple[int, ...] = (1, 2, 4, 8)) -> tuple[float, float]:
-    """The project page's least-squares (N_once, N_rec) split (spec §3.4), a compatibility option.
+    """The project page's least-squares (N_once, N_rec) split (method §3.4), a compatibility option.
 
     For the model's width, fit N(r) = N_once^LS + (L/r)·n_blk^LS by least squares over ``rs`` (L is the
     recurrent depth of the looped template, 16 in the paper) and return (N_once^LS, (L/r)·n_blk^LS) for
@@ -91,7 +94,7 @@ def _with_r(cfg: ModelConfig, r: int) -> ModelConfig:
 
 
 def flops_per_token(cfg: ModelConfig, *, training: bool = True) -> int:
-    """Per-token FLOPs with the paper's exact formula (spec §4.2–4.3).
+    """Per-token FLOPs with the paper's exact formula (method §4.2–4.3).
 
     training=True: F_train = 6·(P_prelude + P_coda + P_lm_head) + 6r·(P_recur + P_inject)
     + 12·d·T·(effective depth), with truncated BPTT charging the r − k detached loops forward-only
@@ -122,7 +125,7 @@ def flops_per_token(cfg: ModelConfig, *, training: bool = True) -> int:
 
 
 def steps_for_budget(budget: float, flops_per_token: int, batch_tokens: int) -> int:
-    """steps = round(C / (F·B)) (spec §4.4); a budget too small for one step is a UserError."""
+    """steps = round(C / (F·B)) (method §4.4); a budget too small for one step is a UserError."""
     if budget <= 0:
         raise UserError(f"budget must be positive, got {budget:g} FLOPs")
     steps = round(budget / (flops_per_token * batch_tokens))
@@ -135,7 +138,9 @@ def steps_for_budget(budget: float, flops_per_token: int, batch_tokens: int) -> 
     return steps
 
 
-def code_effective_params(cfg: ModelConfig) -> int:
-    """N_once + r·N_rec: the authors' code's 'effective params', used only for the LR data reference."""
+def code_effective_params(cfg: ModelConfig, r: int | None = None) -> int:
+    """N_once + r·N_rec (parameters): the authors' code's 'effective params', used only for the LR data
+    reference. ``r`` defaults to ``cfg.r``; the released training script counts its reference model at the
+    training run's r, which may differ from the reference's own (method §7.3)."""
     c = count_params(cfg)
-    return c.n_once + cfg.r * c.n_rec
+    return c.n_once + (cfg.r if r is None else r) * c.n_rec

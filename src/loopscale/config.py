@@ -169,10 +169,11 @@ class Layout:
 class ModelConfig:
     """Architecture of one looped (or plain, r = 1) transformer.
 
-    The defaults are the paper's iso-depth template (spec §2): effective depth 20, prelude = coda = 2,
-    head dim 128, Llama-2 vocabulary padded to 32,064, T = 2048. With ``injection: auto`` an r = 1 model
-    is the plain ``depth``-layer transformer (no prelude/coda, passthrough) and r > 1 uses linear
-    injection; any explicit injection keeps the prelude/coda split also at r = 1.
+    The defaults are the paper's iso-depth template (method §2): effective depth 20, prelude = coda = 2,
+    head dim 128, the authors' Llama-2 vocabulary of 32,001 padded to 32,064, T = 2048. With
+    ``injection: auto`` an r = 1 model is the plain ``depth``-layer transformer (no prelude/coda,
+    passthrough) and r > 1 uses linear injection; any explicit injection keeps the prelude/coda split also
+    at r = 1.
     """
 
     width: int = 640  # d_model
@@ -184,7 +185,7 @@ class ModelConfig:
     injection: str = "auto"
     hc_lanes: int = 2  # K, hyperconnection lanes
     bptt_k: int | None = None  # gradients through the last k loops; None = full BPTT (k = r)
-    vocab_size: int = 32064  # true vocabulary; padded to a multiple of 64 for wte/lm_head
+    vocab_size: int = 32001  # true vocabulary, logits sliced to it; wte/lm_head/FLOPs use padded_vocab
     seq_len: int = 2048  # T
     softcap: float = 15.0
     norm_eps: float = 1e-6
@@ -248,6 +249,7 @@ class ModelConfig:
 
     @property
     def padded_vocab(self) -> int:
+        """vocab_size rounded up to a multiple of 64 (32,001 → 32,064): the rows of wte and lm_head."""
         return -(-self.vocab_size // 64) * 64
 
     @property

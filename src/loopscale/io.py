@@ -20,6 +20,9 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
+    # mkstemp creates 0600; give the file the mode open() would (0666 minus the umask), so a sweep on a
+    # shared cluster is readable by the group as the user's umask intends.
+    os.chmod(tmp, 0o666 & ~_umask())
     try:
         write(tmp)
         with open(tmp, "rb+") as fh:
@@ -30,6 +33,12 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # the only portable way to read it is to set it; restore at once
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:

@@ -1,4 +1,4 @@
-"""The paper's published constants (spec §5, §7, §9): grids, recipe, coefficients.
+"""The paper's published constants (method §5, §7, §9): grids, recipe, coefficients.
 
 Only numbers live here; everything computed from them (N, F, steps, D) comes from ``accounting``.
 """
@@ -12,10 +12,13 @@ from loopscale.config import ModelConfig
 
 BATCH_TOKENS = 262_144  # 2^18 = 128 × 2048
 SEQ_LEN = 2048
-VOCAB = 32_064  # padded Llama-2 vocabulary used by wte, lm_head and the FLOPs count
+# The authors' tokenizer: Llama-2's 32,000 tokens + 1 special (method §2.7, §13). Logits are sliced to it;
+# wte, lm_head and the FLOPs count use the padded size (ModelConfig.padded_vocab = 32,064).
+VOCAB = 32_001
+PADDED_VOCAB = 32_064
 RS = (1, 2, 4, 8)
 
-# Main grid (spec §5.1): budget C in FLOPs → width scales s (d = 64·s).
+# Main grid (method §5.1): budget C in FLOPs → width scales s (d = 64·s).
 MAIN_GRID: dict[float, tuple[int, ...]] = {
     4.64e17: (6, 8, 10, 12),
     1.00e18: (6, 8, 10, 12, 14),
@@ -24,7 +27,7 @@ MAIN_GRID: dict[float, tuple[int, ...]] = {
     1.00e19: (12, 16, 18, 20, 24),
     2.15e19: (18, 24, 28, 34),
 }
-# Case-study grids (spec §5.3): r ∈ {2, 4, 8} rerun; the r = 1 runs of the four lower budgets are shared.
+# Case-study grids (method §5.3): r ∈ {2, 4, 8} rerun; the r = 1 runs of the four lower budgets are shared.
 TRUNCATED_BPTT_GRID: dict[float, tuple[int, ...]] = {
     4.64e17: (6, 8, 10, 12),
     1.00e18: (6, 8, 10, 12, 14, 16),
@@ -38,7 +41,7 @@ HYPERCONNECTION_GRID: dict[float, tuple[int, ...]] = {
     4.64e18: (10, 12, 14, 16, 18, 20),
 }
 
-# The published joint fit (project page, "corrected" fit; spec §9.2).
+# The published joint fit (project page, "corrected" fit; method §9.2).
 JOINT_FIT = {"A": 28.027, "alpha": 0.19924, "B": 915.82, "beta": 0.36863, "E": 1.56773, "phi": 0.459}
 PHI_CI = (0.41, 0.53)
 BASELINE_FOUR_BUDGET_PHI = 0.453
@@ -51,10 +54,10 @@ def grid_runs(
     batch_tokens: int = BATCH_TOKENS,
     width_unit: int = 64,
 ) -> list[dict]:
-    """One dict per (budget, width, r) with the exact accounting: the rows of spec §5.2.
+    """One dict per (budget, width, r) with the exact accounting: the rows of method §5.2.
 
     ``template`` carries everything but width and r (paper defaults: depth 20, prelude/coda 2, T 2048,
-    vocab 32,064).
+    vocab 32,001 padded to 32,064).
     """
     template = template or ModelConfig(vocab_size=VOCAB, seq_len=SEQ_LEN)
     runs = []

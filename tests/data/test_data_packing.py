@@ -1,4 +1,4 @@
-"""Best-fit packing (spec §6): invariants with hypothesis, and equality with a naive reference packer."""
+"""Best-fit packing (method §6): invariants with hypothesis, and equality with a naive reference packer."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def reference_split(doc: list[int], row_len: int) -> list[list[int]]:
 
 
 def reference_pack(docs: list[list[int]], row_len: int, buffer_docs: int) -> tuple[list[list[int]], int, int]:
-    """Naive best fit straight from the spec's wording; the buffer is a plain list in arrival order."""
+    """Naive best fit straight from the wording of method §6; the buffer is a plain list in arrival order."""
     pending = list(docs)
     buffer: list[list[int]] = []
     rows: list[list[int]] = []

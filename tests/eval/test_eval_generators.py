@@ -1,4 +1,4 @@
-"""The synthetic generators reproduce spec §10.4's formats exactly (must-show 2)."""
+"""The synthetic generators reproduce method §10.4's formats exactly (must-show 2)."""
 
 from __future__ import annotations
 

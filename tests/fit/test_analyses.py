@@ -93,10 +93,11 @@ def test_compute_optimal_frontier_v10_and_table_9_6():
 
 
 def test_parabola_vertex_is_exact_on_quadratic_cells():
+    """Vertices at log N = 20 and 21.75, inside the sizes run (log N from 18.4 to 21.8): bracketed."""
     rows = []
     for budget, (c0, c1, c2) in {1e18: (2.9, -0.2, 0.05), 2e18: (2.7, -0.3, 0.04)}.items():
         for r in (1, 4):
-            for n in (1e7, 3e7, 1e8, 3e8):
+            for n in (1e8, 3e8, 1e9, 3e9):
                 x = math.log(n)
                 loss = c0 + c1 * (x - 18) + c2 * (x - 18) ** 2 + (0.05 if r == 4 else 0.0)
                 rows.append(
@@ -105,12 +106,48 @@ def test_parabola_vertex_is_exact_on_quadratic_cells():
     minima = parabola_minima(load_table(rows))
     assert len(minima) == 4
     for m in minima:
+        assert m["bracketed"] and "reason" not in m
         c0, c1, c2 = {1e18: (2.9, -0.2, 0.05), 2e18: (2.7, -0.3, 0.04)}[m["budget"]]
         assert math.log(m["n_star"]) == pytest.approx(18 - c1 / (2 * c2), abs=1e-9)
         assert m["loss_star"] == pytest.approx(
             c0 - c1**2 / (4 * c2) + (0.05 if m["r"] == 4 else 0), abs=1e-12
         )
     assert all(g["gap"] == pytest.approx(0.05, abs=1e-12) for g in cell_gaps(minima))
+
+
+def _cell(c, r, sizes, loss_of_x):
+    return [
+        {"r": r, "n_once": n / 2, "n_rec": n / 2, "tokens": 1e9, "loss": loss_of_x(math.log(n)), "budget": c}
+        for n in sizes
+    ]
+
+
+def test_parabola_vertex_outside_the_widths_run_is_not_a_number():
+    """The demo's failure: a vertex far outside the sizes run (here log N = 30, runs at 16.1–19.5) printed
+    as N* and L* (absurd: L* = −296). Not bracketed → no number, a reason instead; the same for a parabola
+    that opens downward and for a cell with two sizes. Such cells drop out of the gaps."""
+    sizes = (1e7, 3e7, 1e8, 3e8)
+    rows = (
+        _cell(1e18, 1, sizes, lambda x: 3.0 + 0.01 * (x - 18) ** 2)  # vertex at 18: bracketed
+        + _cell(1e18, 4, sizes, lambda x: 3.0 - 1.2 * (x - 18) + 0.05 * (x - 18) ** 2)  # vertex at 30
+        + _cell(2e18, 1, sizes, lambda x: 3.0 + 0.5 * (x - 18) + 0.05 * (x - 18) ** 2)  # vertex at 13
+        + _cell(2e18, 4, sizes, lambda x: 3.0 - 0.05 * (x - 18) ** 2)  # opens downward
+        + _cell(3e18, 1, sizes[:2], lambda x: 3.0 + 0.01 * x)  # two sizes only
+    )
+    minima = {(m["budget"], m["r"]): m for m in parabola_minima(load_table(rows))}
+    assert minima[(1e18, 1)]["bracketed"] and minima[(1e18, 1)]["n_star"] == pytest.approx(math.exp(18))
+    expected = {
+        (1e18, 4): "above the widest",
+        (2e18, 1): "below the narrowest",
+        (2e18, 4): "opens downward",
+        (3e18, 1): "fewer than 3 widths",
+    }
+    for key, words in expected.items():
+        m = minima[key]
+        assert m["bracketed"] is False and m["n_star"] is None and m["loss_star"] is None, key
+        assert words in m["reason"], (key, m["reason"])
+        assert not any(ch.isdigit() for ch in m["reason"].replace("3 widths", "")), m["reason"]
+    assert cell_gaps(list(minima.values())) == []
 
 
 # Spec §9.5: per-cell empirical minima L* (project page) and the derived gaps (V11).

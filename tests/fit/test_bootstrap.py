@@ -1,4 +1,4 @@
-"""Cell block bootstrap (spec §8.4) and the paired Δφ bootstrap on the simulated paper grid."""
+"""Cell block bootstrap (method §8.4) and the paired Δφ bootstrap on the simulated paper grid."""
 
 from __future__ import annotations
 

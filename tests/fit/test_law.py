@@ -1,4 +1,4 @@
-"""The objective, its analytic gradient and the law's predictions (spec §8.2, V5)."""
+"""The objective, its analytic gradient and the law's predictions (method §8.2, V5)."""
 
 from __future__ import annotations
 

@@ -72,6 +72,8 @@ def test_non_looped_params_schema_is_r1():
         ({"n_once": -5}, "invalid n_once"),
         ({"n_rec": "abc"}, "invalid n_rec"),
         ({"r": 2.5}, "invalid r"),
+        ({"n_once": 0, "n_rec": 0}, "invalid n_rec"),
+        ({"n_once": float("inf")}, "invalid n_once"),
     ],
 )
 def test_bad_values_are_one_line_errors(change, match):
@@ -132,3 +134,33 @@ def test_ls_split_predictions_v5(grid_table):
         i = np.flatnonzero((ls.budget == budget) & (ls.width == 64 * s) & (ls.r == r))[0]
         got = float(law_loss(JOINT_FIT, ls.n_once[i], ls.n_rec[i], r, ls.tokens[i]))
         assert got == pytest.approx(expected, abs=5e-5)
+
+
+def test_the_same_run_twice_is_refused_naming_it():
+    rows = simulated_grid()
+    with pytest.raises(UserError, match="more than once") as exc:
+        load_table([*rows, dict(rows[7])])
+    assert "\n" not in str(exc.value) and rows[7]["run"] in str(exc.value) and "rows 8, 117" in str(exc.value)
+    nameless = [{k: v for k, v in r.items() if k != "run"} for r in rows]
+    with pytest.raises(UserError, match="more than once.*rows 3, 117"):
+        load_table([*nameless, dict(nameless[2])])
+
+
+def test_repeated_seeds_of_one_cell_are_not_duplicates():
+    rows = simulated_grid()
+    seed1 = [{**r, "run": r["run"] + "-s1", "loss": r["loss"] + 0.01} for r in rows]
+    assert len(load_table(rows + seed1)) == 232
+    nameless = [{k: v for k, v in r.items() if k != "run"} for r in rows + seed1]
+    assert len(load_table(nameless)) == 232  # same sizes and tokens, different losses
+
+
+def test_n_once_zero_is_accepted_and_fits():
+    """Everything counted as recurrent (N_once = 0): N_eff = r^φ·N_rec is still positive, so the law is
+    defined; the loader accepts it and the objective stays finite."""
+    from loopscale.fit import fit_law
+
+    rows = [{**r, "n_once": 0.0, "n_rec": r["n"]} for r in simulated_grid(noise=0.005, seed=3)]
+    table = load_table(rows)
+    assert np.all(table.n_once == 0) and np.all(table.n == [r["n"] for r in rows])
+    fit = fit_law(table, restarts=20, seed=0)
+    assert np.isfinite(fit.objective) and np.isfinite(fit.phi) and fit.r2 > 0.9

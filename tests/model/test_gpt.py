@@ -1,4 +1,4 @@
-"""LoopedGPT against the spec (§2): an independent float64 reference forward, init, groups, BPTT, cache."""
+"""LoopedGPT against method §2: an independent float64 reference forward, init, groups, BPTT, cache."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ VARIANTS = [
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Independent reference: the spec's equations written with explicit tensor algebra (no F.rms_norm, no SDPA).
+# Independent reference: method §2 written with explicit tensor algebra (no F.rms_norm, no SDPA).
 
 
 def ref_rms(x, gain, eps):
@@ -149,7 +149,25 @@ def test_r_eval_override_matches_reference_and_hc_refuses_more_loops():
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Layout, parameter count, groups and initialisation (spec §2.1, §2.8, §3.1).
+# Layout, parameter count, groups and initialisation (method §2.1, §2.8, §3.1).
+
+
+def test_paper_vocabulary_slices_logits_to_32001():
+    from loopscale.paper import PADDED_VOCAB
+    from loopscale.paper import VOCAB as PAPER_VOCAB
+
+    cfg = tiny(vocab_size=PAPER_VOCAB, seq_len=8)
+    torch.manual_seed(0)
+    model = LoopedGPT(cfg)
+    assert PAPER_VOCAB == 32_001 and cfg.padded_vocab == PADDED_VOCAB == 32_064
+    assert model.wte.weight.shape[0] == model.lm_head.weight.shape[0] == 32_064
+    assert count_params(cfg).n_embed == 2 * 32_064 * cfg.width  # accounting uses the padded size
+    idx = torch.randint(0, PAPER_VOCAB, (2, 8))
+    assert model(idx).shape == (2, 8, 32_001)
+    loss = model(idx, idx)
+    with torch.no_grad():
+        model.lm_head.weight[PAPER_VOCAB:] = 100.0  # the 63 padding rows never enter the softmax
+    assert torch.equal(model(idx, idx), loss)
 
 
 @pytest.mark.parametrize("kw", VARIANTS, ids=lambda kw: "-".join(f"{k}{v}" for k, v in kw.items()))
@@ -212,7 +230,7 @@ def test_linear_injection_at_init_ignores_the_state():
 
 
 def test_hyperconnection_init_lanes_accumulate_loop_outputs():
-    """At the cyclic init every lane is e + Σ_{j<i} s(j) (spec §2.5 [derived]): check against an additive
+    """At the cyclic init every lane is e + Σ_{j<i} s(j) (method §2.5 [derived]): check against an additive
     recurrence written out by hand with the model's own blocks."""
     model = LoopedGPT(tiny(r=3, depth=5, injection="hyperconnect", hc_lanes=2)).double()
     idx = torch.randint(0, VOCAB, (1, 10))
@@ -300,7 +318,7 @@ def test_sequence_longer_than_seq_len_is_refused():
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Greedy generation with one KV-cache slot per loop iteration (spec §2.9).
+# Greedy generation with one KV-cache slot per loop iteration (method §2.9).
 
 
 @pytest.mark.parametrize("kw,r_eval", [

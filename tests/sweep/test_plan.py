@@ -1,4 +1,4 @@
-"""`plan --preset paper` reproduces spec §5.2 (N per r, steps, tokens) and §14 V1 (N_once / N_rec)."""
+"""`plan --preset paper` reproduces method §5.2 (N per r, steps, tokens) and §14 V1 (N_once / N_rec)."""
 
 from __future__ import annotations
 
@@ -129,11 +129,12 @@ def test_case_study_presets_match_spec_5_3():
         assert anchor.steps == paper[(anchor.budget, anchor.width)].steps
     for run in (r for r in bptt if r.r > 1):
         assert run.model.bptt_k == -(-run.r // 2)
-    # spec §14 V3: truncated k = 2 at (1e18, s = 10, r = 4) → 4,771 steps; HC (2.15e18, s = 18, r = 8) → 3,038
+    # method §14 V3: truncated k = 2 at (1e18, s = 10, r = 4) → 4,771 steps;
+    # HC (2.15e18, s = 18, r = 8) → 3,038
     assert next(r for r in bptt if (r.budget, r.width, r.r) == (1e18, 640, 4)).steps == 4771
     assert next(r for r in hc if (r.budget, r.width, r.r) == (2.15e18, 1152, 8)).steps == 3038
     assert all(r.model.layout().injection == "hyperconnect" for r in hc if r.r > 1)
-    # spec §14 V3: median D_trunc / D_full over the 69 truncated runs is 1.316
+    # method §14 V3: median D_trunc / D_full over the 69 truncated runs is 1.316
     from loopscale.config import replace
     from loopscale.paper import grid_runs
 
@@ -144,6 +145,96 @@ def test_case_study_presets_match_spec_5_3():
         )
         ratios.append(run.tokens / row["tokens"])
     assert sorted(ratios)[len(ratios) // 2] == pytest.approx(1.316, abs=5e-4)
+
+
+# ---------------------------------------------------------------- learning rates of the three paper grids
+# Written from the formulas of method §3.1, §4.2–4.3, §7.3 without the package's accounting or LR code.
+T, V_PAD, D0 = 2048, 32_064, 640
+
+
+def spec_flops(d: int, r: int, k: int, hc: bool) -> int:
+    """F per token (§4.2–4.3): depth 20; prelude = coda = 2 for r > 1; k back-propagated loops."""
+    n_b = 12 * d * d + 2 * d
+    once_layers, rec_layers = (0, 20) if r == 1 else (4, 16 // r)
+    p_inject = 0 if r == 1 else (2 * 2 + 2 * 2) * d if hc else 2 * d * d  # HC: (K² + 2K)·d, K = 2
+    p_loop = rec_layers * n_b + p_inject
+    f = r - k
+    return (
+        6 * (once_layers * n_b + V_PAD * d)
+        + (2 * f + 6 * k) * p_loop
+        + 12 * d * T * once_layers
+        + (4 * f + 12 * k) * d * T * rec_layers
+    )
+
+
+def spec_d_ref(r: int, rule: str = "released") -> int:
+    """10 × (N_once + r·N_rec) of the s = 10 reference: 2-4-2 linear for r > 1, 20 layers for r = 1."""
+    n_b = 12 * D0 * D0 + 2 * D0
+    if r == 1:
+        return 10 * (20 * n_b + 3 * D0)
+    count_r = r if rule == "released" else 4
+    return 10 * ((4 * n_b + 3 * D0) + count_r * (4 * n_b + 2 * D0 * D0))
+
+
+def spec_lrs(budget: float, d: int, r: int, k: int, hc: bool, rule: str = "released") -> dict[str, float]:
+    tokens = int(budget / spec_flops(d, r, k, hc))  # D = int(C / F); B = 2^18, so no batch factor
+    width = (d / D0) ** -0.5
+    return {
+        "matrix": 0.014 * (tokens / spec_d_ref(r, rule)) ** -0.32,
+        "embed": 0.3 * width,
+        "unembed": 0.004 * width,
+        "norm": 0.005 * width,
+        "hc": 0.01 * width,
+    }
+
+
+def run_lrs(spec, run, **optim) -> dict[str, float]:
+    """The LRs a planned run trains with: its TrainConfig, D from lr_data_tokens, then peak_learning_rates."""
+    from loopscale.config import from_dict
+    from loopscale.sweep.plan import run_train_config
+    from loopscale.train.config import TrainConfig, merge
+    from loopscale.train.optim import lr_data_tokens, peak_learning_rates
+
+    cfg = from_dict(TrainConfig, merge(run_train_config(spec, run), {"optim": optim}), "train")
+    tokens = lr_data_tokens(cfg, run.flops_per_token)
+    return peak_learning_rates(cfg.optim, cfg.model, cfg.batch_tokens, tokens)
+
+
+def test_spec_d_ref_values():
+    assert {r: spec_d_ref(r) for r in RS} == {
+        1: 983_315_200, 2: 606_380_800, 4: 1_016_083_200, 8: 1_835_488_000
+    }
+
+
+@pytest.mark.parametrize("name", ["paper", "paper-truncated-bptt", "paper-hyperconnections"])
+def test_paper_grid_learning_rates_match_the_spec(name):
+    spec = preset(name)
+    runs = plan_sweep(spec)
+    assert len(runs) == {"paper": 116, "paper-truncated-bptt": 89, "paper-hyperconnections": 83}[name]
+    ratios: dict[int, set[float]] = {2: set(), 4: set(), 8: set()}
+    for run in runs:
+        k = run.model.effective_bptt_k
+        hc = run.model.layout().injection == "hyperconnect"
+        assert run.flops_per_token == spec_flops(run.width, run.r, k, hc), run.name
+        # The true vocabulary in the config (logits sliced to it), the padded one in wte/lm_head and FLOPs.
+        assert (run.model.vocab_size, run.model.padded_vocab) == (32_001, V_PAD)
+        got, want = run_lrs(spec, run), spec_lrs(run.budget, run.width, run.r, k, hc)
+        assert got == pytest.approx(want, rel=1e-12), run.name
+        if run.r > 1:
+            prose = run_lrs(spec, run, d_ref_rule="prose")
+            assert prose == pytest.approx(spec_lrs(run.budget, run.width, run.r, k, hc, "prose"), rel=1e-12)
+            ratios[run.r].add(round(got["matrix"] / prose["matrix"], 3))
+    # The released rule vs the paper's prose: 0.848× at r = 2, 1.208× at r = 8, equal at r = 4 (method §7.3).
+    assert ratios == {2: {0.848}, 4: {1.0}, 8: {1.208}}
+
+
+def test_hyperconnection_scalars_count_in_n_rec():
+    hc = {(run.budget, run.width, run.r): run for run in plan_sweep(preset("paper-hyperconnections"))}
+    for run in (r for r in hc.values() if r.r > 1):
+        d = run.width
+        n_b = 12 * d * d + 2 * d
+        assert run.n_once == 4 * n_b + 3 * d  # unchanged: prelude, coda, model-level gains
+        assert run.n_rec == (16 // run.r) * n_b + run.r * 8  # r·(K² + 2K) scalars, K = 2
 
 
 def test_plan_formats_agree(capsys):
@@ -157,18 +248,31 @@ def test_plan_formats_agree(capsys):
     assert all(r["run"] in table for r in rows)
 
 
-@pytest.mark.parametrize("name", ["cpu", "demo"])
+@pytest.mark.parametrize("name", ["cpu", "demo", "laptop"])
 def test_scaled_presets_are_iso_depth_grids(name):
     spec = preset(name)
     runs = plan_sweep(spec)
     budgets = sorted({r.budget for r in runs})
-    assert len(budgets) >= 3 and budgets[-1] / budgets[0] >= 10
+    assert len(budgets) >= 3 and budgets[-1] / budgets[0] >= 5
     assert len({r.r for r in runs}) >= 3
     for run in runs:
         assert run.model.layout().effective_depth == spec.model["depth"]
         assert run.steps >= 10, run.name
-    if name == "cpu":
+    if name in ("cpu", "laptop"):
         assert {r.r for r in runs} == {1, 2, 4, 8}
+
+
+def test_laptop_preset_spends_its_flops_on_the_blocks_and_reads_each_token_once():
+    """The laptop design (docs/sweeps.md): at d ≥ 32 the blocks N counts take more than half the training FLOPs
+    (6·(N_once + r·N_rec) of F, the rest is attention and the unembedding), and no run reads more tokens
+    than the 8.84M-token training split of the bpe1024-T128 default dataset."""
+    runs = plan_sweep(preset("laptop"))
+    assert len(runs) == 72
+    for run in runs:
+        share = 6 * (run.n_once + run.r * run.n_rec) / run.flops_per_token
+        if run.width >= 32:
+            assert share > 0.5, (run.name, share)
+        assert run.tokens <= 8_835_984, run.name
 
 
 @settings(max_examples=40, deadline=None)

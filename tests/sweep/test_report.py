@@ -1,16 +1,26 @@
-"""Collect + report on a sweep folder whose losses follow a known law: the report recovers φ, names the
-runs the fit left out, embeds every plot in report.html and adds axis plots when eval-sweep ran."""
+"""Collect + report on a sweep folder whose losses follow a known law: the report leads with the verdict,
+recovers φ (bold only when identified), names the runs the fit left out, lists every run, prints no vertex
+for an iso-FLOP curve that does not bracket it, embeds every plot in report.html and adds axis plots when
+eval-sweep ran. A sweep whose losses do not depend on N cannot identify φ: its report says so and never
+prints φ in bold or compares it with the paper."""
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import csv
+import io
 import json
 import re
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 from loopscale.cli import main
+from loopscale.fit.plots import FIGURES
+from loopscale.report.build import _minima_section
+from loopscale.report.document import Document, Section
 
 from .helpers import LAW, law_loss, synthetic_sweep
 
@@ -23,6 +33,37 @@ def reported(tmp_path_factory):
     runs = synthetic_sweep(root, "demo", failed=FAILED, axes=True)
     assert main(["report", str(root), "--restarts", "60", "--bootstrap", "30"]) == 0
     return root, runs
+
+
+@pytest.fixture(scope="module")
+def unidentified(tmp_path_factory):
+    """A sweep whose losses depend on D only (+ 0.01 nats of noise): nothing in it pins φ down."""
+    root = tmp_path_factory.mktemp("unidentified") / "sweep"
+    runs = synthetic_sweep(root, "demo")
+    rng = np.random.default_rng(0)
+    for run in runs:
+        path = root / "runs" / run.name / "result.json"
+        result = json.loads(path.read_text())
+        result["val_loss"] = LAW["E"] + LAW["B"] * run.tokens ** -LAW["beta"] + 0.01 * rng.standard_normal()
+        path.write_text(json.dumps(result))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["report", str(root), "--restarts", "40", "--bootstrap", "20"]) == 0
+    return root, runs, out.getvalue()
+
+
+def _section(md: str, title: str) -> str:
+    return md.split(f"\n## {title}")[1].split("\n## ")[0]
+
+
+def _lead(md: str) -> list[str]:
+    """The paragraphs between the title and the first section."""
+    head = md.split("\n## ")[0]
+    return [p for p in head.split("\n\n")[1:] if p.strip()]
+
+
+def _bold_spans(md: str) -> list[str]:
+    return re.findall(r"\*\*(.+?)\*\*", md)
 
 
 def test_results_table_has_every_run_once_with_the_fitter_schema(reported):
@@ -76,11 +117,140 @@ def test_report_recovers_phi_and_names_the_left_out_run(reported):
         assert needle in md
 
 
+def test_report_leads_with_the_verdict_and_bolds_an_identified_phi(reported):
+    root, _ = reported
+    fit = json.loads((root / "report" / "fit.json").read_text())
+    assert fit["diagnostics"]["phi_identified"] is True
+    md = (root / "report" / "report.md").read_text()
+    lead = _lead(md)
+    assert lead[0] == f"**Verdict:** {fit['diagnostics']['verdict']}"
+    assert lead[1].startswith(f"**φ = {fit['fit']['phi']:.3f}**: bootstrap 95% CI [")
+    assert "profile-likelihood 95% interval [" in lead[1]  # the two intervals side by side
+    assert any(
+        p.startswith(f"R² = {fit['fit']['r2']:.4f} (raw losses, nats) beside the objective") for p in lead
+    )
+    assert fit["diagnostics"]["objective_note"] in md
+    result = _section(md, "Result")
+    assert "| block bootstrap (percentile) | 95% |" in result and "| profile likelihood | 95% |" in result
+    assert "Compared with the paper (φ = 0.459, 95% CI [0.41, 0.53]" in result
+    assert "lies inside" not in md and "lies outside" not in md
+    page = (root / "report" / "report.html").read_text()
+    assert page.index("<b>Verdict:</b>") < page.index("<h2>")
+    assert f"<b>φ = {fit['fit']['phi']:.3f}</b>" in page
+
+
+def test_unidentified_phi_is_flagged_never_bold_and_not_compared_with_the_paper(unidentified):
+    root, _, _ = unidentified
+    fit = json.loads((root / "report" / "fit.json").read_text())
+    diag = fit["diagnostics"]
+    assert diag["phi_identified"] is False and diag["reasons"]
+    md = (root / "report" / "report.md").read_text()
+    lead = _lead(md)
+    assert lead[0] == f"**Verdict:** {diag['verdict']}" and "not identified" in lead[0]
+    assert lead[1].startswith(f"φ = {fit['fit']['phi']:.3f} (not identified): bootstrap 95% CI [")
+    for reason in diag["reasons"]:
+        assert f"- {reason}" in md
+    assert not [span for span in _bold_spans(md) if "φ" in span and "=" in span]
+    page = (root / "report" / "report.html").read_text()
+    assert not re.search(r"<b>[^<]*φ =", page)
+    assert "lies inside" not in md and "Compared with the paper" not in md
+    assert "No comparison with the paper" in _section(md, "Result")
+    assert "not a finding" in _section(md, "Result")  # loop worth / equivalence only as an illustration
+    if fit["profile"]["disagreement"]:
+        assert fit["profile"]["disagreement"] in md
+
+
+def test_report_cli_line_leads_with_the_verdict(unidentified):
+    root, _, stdout = unidentified
+    line = stdout.strip()
+    verdict = json.loads((root / "report" / "fit.json").read_text())["diagnostics"]["verdict"]
+    assert len(line.splitlines()) == 1 and line.startswith(verdict.rstrip(".") + ". phi = ")
+    assert re.search(r"phi = -?\d\.\d{3} \(not identified; bootstrap 95% CI \[", line)
+
+
+def test_not_bracketed_cells_print_no_vertex(reported):
+    root, _ = reported
+    fit = json.loads((root / "report" / "fit.json").read_text())
+    md = (root / "report" / "report.md").read_text()
+    rows = [line for line in _section(md, "Empirical iso-FLOP minima").splitlines() if line.startswith("| ")]
+    cells = rows[1:]  # under the header
+    assert len(cells) == len(fit["cell_minima"])
+    for line, m in zip(cells, fit["cell_minima"]):
+        assert not m["bracketed"]  # the demo widths do not bracket these synthetic minima
+        fields = [f.strip() for f in line.strip("|").split("|")]
+        assert fields[3:6] == ["not bracketed", "–", "–"] and fields[6] == m["reason"]
+
+
+def test_minima_table_gives_a_vertex_only_where_it_is_bracketed(reported):
+    root, _ = reported
+    doc = copy.deepcopy(json.loads((root / "report" / "fit.json").read_text()))
+    doc["cell_minima"][0].update(bracketed=True, n_star=12345.0, loss_star=3.21, reason=None)
+    doc["cell_minima"][1].update(
+        bracketed=False, n_star=None, loss_star=None, reason="vertex above the widest"
+    )
+    md = Document("t", sections=[_minima_section(doc)]).markdown(root)
+    rows = [line for line in md.splitlines() if line.startswith("| ") and "FLOPs" not in line]
+    assert "| 12.3K | 3.2100 |" in rows[0]
+    assert "| not bracketed | – | – | vertex above the widest |" in rows[1]
+    assert not re.search(r"\| \d[\d.]*[KMB]? \| \d+\.\d{4} \|", "\n".join(rows[1:]))
+
+
+def test_report_lists_every_run_with_its_prediction(reported):
+    root, runs = reported
+    fit = json.loads((root / "report" / "fit.json").read_text())
+    md = (root / "report" / "report.md").read_text()
+    lines = [line for line in _section(md, "Runs").splitlines() if line.startswith("| main_")]
+    lines = [line for line in lines if line.count(" | ") == 12]  # the per-run table, not the left-out list
+    assert [line.split(" | ")[0].removeprefix("| ") for line in lines] == [run.name for run in runs]
+    header = next(line for line in _section(md, "Runs").splitlines() if line.startswith("| run | C (FLOPs)"))
+    assert [h.strip() for h in header.strip("|").split("|")] == [
+        "run", "C (FLOPs)", "width", "r", "N", "N_once", "N_rec", "D (tokens)", "steps",
+        "val loss", "law", "residual", "status",
+    ]  # fmt: skip
+    by_name = {
+        line.split(" | ")[0].removeprefix("| "): [f.strip() for f in line.strip("|").split("|")]
+        for line in lines
+    }
+    run = runs[0]
+    row = by_name[run.name]
+    assert row[2:9] == [
+        str(run.width),
+        str(run.r),
+        str(run.n),
+        str(run.n_once),
+        str(run.n_rec),
+        str(run.tokens),
+        str(run.steps),
+    ]
+    loss = law_loss(run.n_once, run.n_rec, run.r, run.tokens)
+    assert row[9] == f"{loss:.4f}" and row[10] == f"{loss:.4f}" and row[11] == "+0.0000" and row[12] == "ok"
+    failed = by_name[FAILED]
+    assert failed[9] == "–" and failed[11] == "–"
+    assert failed[12] == "failed: non-finite loss at step 7 (left out of the fit)"
+    assert fit["fit"]["phi"] == pytest.approx(LAW["phi"], abs=0.01)
+
+
+def test_report_writes_every_figure(reported):
+    root, _ = reported
+    plots = root / "report" / "plots"
+    for name in FIGURES:
+        assert (plots / f"{name}.png").exists() and (plots / f"{name}.svg").exists(), name
+    page = (root / "report" / "report.html").read_text()
+    assert len(re.findall(r"<img ", page)) == len(FIGURES) + 1  # + the axes plot
+
+
+def test_markdown_tables_escape_pipes(tmp_path):
+    from loopscale.report.document import Table
+
+    md = Document("t", sections=[Section("s", [Table(["max |res|"], [["a|b"]])])]).markdown(tmp_path)
+    assert "| max \\|res\\| |" in md and "| a\\|b |" in md
+
+
 def test_report_html_is_self_contained_with_embedded_plots(reported):
     root, _ = reported
     page = (root / "report" / "report.html").read_text()
     images = re.findall(r'<img [^>]*src="([^"]+)"', page)
-    assert len(images) >= 4  # iso-FLOP curves, φ bootstrap, residuals, frontier (+ axes)
+    assert len(images) >= len(FIGURES)  # collapse, loop tax, iso-FLOP, profile, bootstrap, … (+ axes)
     assert all(src.startswith("data:image/png;base64,") for src in images)
     assert not re.search(r'(src|href)="(?!data:)', page)  # nothing fetched from elsewhere
     assert "axis continuation loss against validation loss" in page
@@ -96,7 +266,12 @@ def test_report_summary_line(tmp_path, capsys):
     )
     line = capsys.readouterr().out.strip()
     assert len(line.splitlines()) == 1
-    assert re.match(r"phi = 0\.5\d\d \(95% CI \[0\.\d+, 0\.\d+\]\), R² = 1\.0000, 27 of 27 runs fitted", line)
+    assert line.startswith("φ is identified: 0.5")  # the verdict first
+    assert re.search(
+        r"\. phi = 0\.5\d\d \(bootstrap 95% CI \[0\.\d+, 0\.\d+\], profile-likelihood 95% interval "
+        r"\[0\.\d+, 0\.\d+\]\), R² = 1\.0000, 27 of 27 runs fitted",
+        line,
+    )
     assert (tmp_path / "r" / "report.html").exists()
 
 
@@ -117,3 +292,22 @@ def test_report_lists_axis_losses_of_each_cells_compute_optimal_run(reported):
         expected = f"| {budget:.3g} | {r} | {row['run']} | {float(row['loss']):.4f} | "
         expected += f"{float(row['axis_knowledge']):.4f} | {float(row['axis_reading']):.4f} |"
         assert expected in lines
+
+
+def test_published_folder_reports_like_its_sweep(reported, tmp_path):
+    """sweep.yaml + results.csv without the run folders (how results/ is published) gives the same fit."""
+    import shutil
+
+    root, _ = reported
+    published = tmp_path / "published"
+    published.mkdir()
+    for name in ("sweep.yaml", "results.csv"):
+        shutil.copy(root / name, published / name)
+    assert main(["report", str(published), "--restarts", "60", "--bootstrap", "30"]) == 0
+    ours = json.loads((published / "report" / "fit.json").read_text())
+    theirs = json.loads((root / "report" / "fit.json").read_text())
+    assert ours["fit"] == theirs["fit"] and ours["ci"] == theirs["ci"]
+    assert ours["diagnostics"] == theirs["diagnostics"]
+    md = (published / "report" / "report.md").read_text()
+    original = (root / "report" / "report.md").read_text()
+    assert md.count(f"| {FAILED} |") == original.count(f"| {FAILED} |") >= 1

@@ -55,6 +55,14 @@ def test_unknown_config_keys(config_file, tmp_path, capsys):
     fails_cleanly(["train", "--config", str(config_file)], tmp_path / "out", capsys, "train.optim")
 
 
+def test_unknown_d_ref_rule(config_file, tmp_path, capsys):
+    text = config_file.read_text()
+    assert "  d_ref_rule: released\n" in text  # the resolved config names the default
+    config_file.write_text(text.replace("  d_ref_rule: released\n", "  d_ref_rule: paper\n"))
+    out, match = tmp_path / "out", "d_ref_rule must be one of released, prose"
+    fails_cleanly(["train", "--config", str(config_file)], out, capsys, match)
+
+
 def test_r_that_does_not_divide_the_recurrent_depth(config_file, tmp_path, capsys):
     fails_cleanly(
         ["train", "--config", str(config_file), "--depth", "6", "--r", "3"],

@@ -1,24 +1,31 @@
-"""MuonH, Polar Express, AdamW groups, LR transfer (spec §7.3, V4) and the schedule (§7.4)."""
+"""MuonH, Polar Express, AdamW groups, LR transfer (method §7.3, V4) and the schedule (§7.4)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loopscale.accounting import steps_for_budget
-from loopscale.config import ModelConfig
+from loopscale.accounting import flops_per_token, steps_for_budget
+from loopscale.config import ModelConfig, from_dict
+from loopscale.errors import UserError
 from loopscale.model import LoopedGPT
 from loopscale.paper import BATCH_TOKENS, VOCAB
 from loopscale.train import OptimConfig
+from loopscale.train.config import TrainConfig
 from loopscale.train.optim import (
+    POLAR_EXPRESS_COEFFS,
     MuonH,
     build_optimizers,
+    lr_data_tokens,
     lr_multiplier,
     muonh_lr,
     peak_learning_rates,
     polar_express,
+    reference_model,
     reference_tokens,
     set_lr,
     width_factor,
@@ -80,17 +87,75 @@ def test_muonh_two_steps_match_the_recipe_per_matrix():
     for p, g in zip(params, g1):
         p.grad = g.clone()
     opt.step()
-    after1 = [expected_muonh(w, r, g + 0.95 * g, 0.05) for w, r, g in zip(w0, radii, g1)]
+    # EMA momentum (method §7.1): buf₁ = 0.05·g₁, Nesterov update g₁ + 0.95·(buf₁ − g₁).
+    after1 = [expected_muonh(w, r, g + 0.95 * (0.05 * g - g), 0.05) for w, r, g in zip(w0, radii, g1)]
     for p, e in zip(params, after1):
         torch.testing.assert_close(p.detach(), e, rtol=1e-5, atol=1e-6)
     for p, g in zip(params, g2):
         p.grad = g.clone()
     opt.step()
     for p, e1, r, a, b in zip(params, after1, radii, g1, g2):
-        buf = 0.95 * a + b
+        buf = 0.95 * (0.05 * a) + 0.05 * b
         torch.testing.assert_close(
-            p.detach(), expected_muonh(e1, r, b + 0.95 * buf, 0.05), rtol=1e-5, atol=1e-6
+            p.detach(), expected_muonh(e1, r, b + 0.95 * (buf - b), 0.05), rtol=1e-5, atol=1e-6
         )
+
+
+def released_muonh_step(w, grad, buf, radius, lr, mu=0.95, ema=True):
+    """One update of the authors' released ``muon_step_fused`` (nanochat/optim.py), re-written for one matrix
+    in the input's dtype (no bf16). ``ema=False`` swaps in the plain accumulating momentum for comparison."""
+    if ema:
+        buf = buf.lerp(grad, 1 - mu)
+        g = grad.lerp(buf, mu)
+    else:
+        buf = mu * buf + grad
+        g = grad + mu * buf
+    x = g / (g.norm() * 1.02 + 1e-6)
+    for a, b, c in POLAR_EXPRESS_COEFFS:
+        if x.size(0) > x.size(1):
+            gram = x.T @ x
+            x = a * x + x @ (b * gram + c * gram @ gram)
+        else:
+            gram = x @ x.T
+            x = a * x + (b * gram + c * gram @ gram) @ x
+    w = w - lr * x * (radius / x.norm().clamp_min(1e-10))
+    return w * (radius / w.norm().clamp_min(1e-10)), buf
+
+
+def test_muonh_matches_the_released_update_and_the_momentum_convention_matters_at_small_gradients():
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(24, 8), (8, 24), (8, 24)]  # tall and wide; two of equal shape are stacked
+    w0 = [torch.randn(*s, generator=gen, dtype=torch.float64) for s in shapes]
+
+    def grads(norm):
+        g = [torch.randn(*s, generator=gen, dtype=torch.float64) for s in shapes]
+        return [x * (norm / x.norm()) for x in g]
+
+    def rel(a, b, w):  # relative difference of two updates from the same weights w
+        return ((a - w) - (b - w)).norm().item() / (a - w).norm().item()
+
+    params = [torch.nn.Parameter(w.clone()) for w in w0]
+    opt = MuonH(params, lr=0.02)
+    ours, bufs = [w.clone() for w in w0], [torch.zeros_like(w) for w in w0]
+    for step_grads in (grads(1e-2), grads(1e-2)):  # two steps: the buffer recursion is checked too
+        before = [p.detach().clone() for p in params]
+        for p, g in zip(params, step_grads):
+            p.grad = g.clone()
+        opt.step()
+        for i, g in enumerate(step_grads):
+            ours[i], bufs[i] = released_muonh_step(ours[i], g, bufs[i], w0[i].norm(), 0.02)
+            # MuonH stores R in fp32, hence 1e-5 rather than float64 round-off (the plain momentum form
+            # misses by ~1e-2 here).
+            assert rel(params[i].detach(), ours[i], before[i]) < 1e-5
+    # One step from zero momentum: the EMA update is 0.0975·g, the plain one 1.95·g (20× larger). After
+    # renormalisation only the 1e-6 in X/(‖X‖·1.02 + 1e-6) tells them apart: visibly at ‖g‖ = 1e-2,
+    # negligibly at ‖g‖ = 10.
+    for norm, low, high in ((1e-2, 2e-3, 5e-2), (10.0, 0.0, 1e-4)):
+        for w, g in zip(w0, grads(norm)):
+            zero = torch.zeros_like(w)
+            ema, _ = released_muonh_step(w, g, zero, w.norm(), 0.02)
+            plain, _ = released_muonh_step(w, g, zero, w.norm(), 0.02, ema=False)
+            assert low <= rel(ema, plain, w) < high, (norm, rel(ema, plain, w))
 
 
 @settings(max_examples=20, deadline=None)
@@ -114,25 +179,83 @@ def test_muonh_keeps_every_matrix_on_its_initial_sphere(rows, cols, lr, steps, s
         assert not torch.equal(before, p.detach())
 
 
-def test_reference_tokens_match_v4():
-    optim = OptimConfig()
-    assert reference_tokens(paper_model(12, 4), optim) == 1_016_083_200
-    assert reference_tokens(paper_model(6, 8), optim) == 1_016_083_200  # every looped r uses s=10, r=4
-    assert reference_tokens(paper_model(12, 1), optim) == 983_315_200
-    assert reference_tokens(paper_model(12, 1), OptimConfig(d_ref=5e6)) == 5e6
+# Spec §7.3 / V4: D_ref of the s = 10 linear-injection 2-4-2 reference counted at the run's r (r = 1: the
+# 20-layer model), as scripts/base_train.py's get_scaling_params(ref_model) counts it.
+D_REF = {1: 983_315_200, 2: 606_380_800, 4: 1_016_083_200, 8: 1_835_488_000}
+
+
+@pytest.mark.parametrize("r", sorted(D_REF))
+def test_reference_tokens_match_v4_per_r(r):
+    assert reference_tokens(paper_model(12, r), OptimConfig()) == D_REF[r]
+    assert reference_tokens(paper_model(6, r), OptimConfig()) == D_REF[r]  # the run's width plays no part
+    # "prose": one r = 4 reference for every looped run.
+    prose = OptimConfig(d_ref_rule="prose")
+    assert reference_tokens(paper_model(12, r), prose) == (D_REF[1] if r == 1 else D_REF[4])
+    assert reference_tokens(paper_model(12, r), OptimConfig(d_ref=5e6)) == 5e6
+
+
+@pytest.mark.parametrize("r", [2, 4, 8])
+@pytest.mark.parametrize(
+    "changes",
+    [{"injection": "hyperconnect"}, {"injection": "additive"}, {"injection": "none"}, {"bptt_k": 1}],
+    ids=["hyperconnect", "additive", "none", "truncated"],
+)
+def test_every_looped_run_uses_the_linear_reference(r, changes):
+    model = paper_model(12, r, **changes)
+    ref = reference_model(model, OptimConfig())
+    assert (ref.width, ref.r, ref.layout().injection, ref.bptt_k) == (640, 4, "linear", None)
+    assert reference_tokens(model, OptimConfig()) == D_REF[r]
+    assert reference_tokens(model, OptimConfig(d_ref_rule="prose")) == D_REF[4]
+
+
+def test_r1_reference_is_the_plain_model_whatever_the_injection():
+    for changes in ({}, {"injection": "linear"}, {"injection": "none"}):
+        ref = reference_model(paper_model(12, 1, **changes), OptimConfig())
+        assert (ref.layout().prelude, ref.layout().rec_layers, ref.layout().injection) == (0, 20, "none")
+        assert reference_tokens(paper_model(12, 1, **changes), OptimConfig()) == D_REF[1]
+
+
+def test_scaled_down_reference_follows_the_same_rule():
+    # The cpu preset's template (depth 10, prelude = coda = 1, ref_width 24): the looped reference is 1-2-1
+    # with linear injection at d = 24, counted at the run's r. n_b = 12·24² + 2·24 = 6,960;
+    # N_once = 2·n_b + 3·24 = 13,992; N_rec = 2·n_b + 2·24² = 15,072; plain: 10·n_b + 72 = 69,672.
+    optim = OptimConfig(ref_width=24, ref_batch_tokens=1024)
+    template = dict(depth=10, prelude=1, coda=1, head_dim=8, vocab_size=4096, seq_len=256)
+    expected = {1: 696_720, 2: 10 * (13_992 + 2 * 15_072), 4: 10 * (13_992 + 4 * 15_072),
+                8: 10 * (13_992 + 8 * 15_072)}
+    for r, d_ref in expected.items():
+        for injection in ("auto", "hyperconnect") if r > 1 else ("auto",):
+            model = ModelConfig(width=48, r=r, injection=injection, **template)
+            assert reference_tokens(model, optim) == d_ref
+    prose = replace(optim, d_ref_rule="prose")
+    assert reference_tokens(ModelConfig(width=48, r=8, **template), prose) == expected[4]
+
+
+def test_d_ref_rule_is_validated():
+    assert from_dict(OptimConfig, {"d_ref_rule": "prose"}).d_ref_rule == "prose"
+    with pytest.raises(UserError, match="d_ref_rule must be one of released, prose"):
+        from_dict(OptimConfig, {"d_ref_rule": "paper"})
+
+
+def test_lr_data_tokens_is_int_c_over_f_or_steps_times_b():
+    model = {"width": 768, "r": 4, "vocab_size": VOCAB, "seq_len": 2048}
+    budget = from_dict(TrainConfig, {"model": model, "budget": 4.64e17})
+    f = flops_per_token(budget.model)
+    assert lr_data_tokens(budget, f) == int(4.64e17 / f) == 330_700_863
+    assert steps_for_budget(4.64e17, f, BATCH_TOKENS) * BATCH_TOKENS == 330_825_728  # what is trained
+    steps = from_dict(TrainConfig, {"model": model, "steps": 89_645, "batch_tokens": 524_288})
+    assert lr_data_tokens(steps, f) == 46_999_797_760
 
 
 @pytest.mark.parametrize(
     ("budget", "data_factor", "expected"), [(4.64e17, 1.432, 0.0201), (1e19, 0.536, 0.00751)]
 )
 def test_muonh_lr_matches_v4(budget, data_factor, expected):
-    from loopscale.accounting import flops_per_token
-
     model = paper_model(12, 4)
-    tokens = steps_for_budget(budget, flops_per_token(model), BATCH_TOKENS) * BATCH_TOKENS
+    tokens = int(budget / flops_per_token(model))  # D = int(C / F), as the released script
     lr = muonh_lr(OptimConfig(), model, BATCH_TOKENS, tokens)
     assert round(lr / 0.014, 3) == data_factor
-    # The spec prints 0.0201 for 0.014 × 1.432 = 0.020048; both printed figures hold within 0.3%.
+    # The paper prints 0.0201 for 0.014 × 1.432 = 0.020048; both printed figures hold within 0.3%.
     assert lr == pytest.approx(expected, rel=3e-3)
 
 
@@ -148,12 +271,14 @@ def test_extrapolation_learning_rates_match_v4():
     lr4 = peak_learning_rates(OptimConfig(), paper_model(34, 4), batch, tokens)
     assert round(lr1["matrix"], 5) == 0.00598 and round(lr4["matrix"], 5) == 0.00604
     assert round(lr1["embed"] / 0.3, 4) == 0.7984
+    # wte and lm_head get the batch factor 2^0.558 = 1.472; the norm gains and HC scalars do not.
     assert (round(lr1["embed"], 4), round(lr1["unembed"], 5), round(lr1["norm"], 5)) == (
         0.2395,
         0.00319,
-        0.00399,
+        0.00271,
     )
-    assert lr1["hc"] == pytest.approx(0.01 * lr1["embed"] / 0.3)
+    assert lr1["hc"] == pytest.approx(0.01 * width_factor(OptimConfig(), 64 * 34))
+    assert lr4["norm"] == lr1["norm"] and lr4["embed"] == lr1["embed"]
 
 
 def test_schedule_has_no_warmup_and_decays_linearly_to_ten_percent():

@@ -13,7 +13,7 @@ from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("data", help="corpus, tokenizer and packed training rows (spec §6)")
+    p = sub.add_parser("data", help="corpus, tokenizer and packed training rows (method §6)")
     actions = p.add_subparsers(dest="data_action", metavar="ACTION")
     actions.required = True
 
@@ -70,6 +70,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--show", type=int, default=0, metavar="N", help="decode the first N validation rows")
     a.add_argument("--json", action="store_true")
     a.set_defaults(func=run_info)
+
+    a = actions.add_parser(
+        "baselines", help="unigram and bigram cross-entropy (nats) of the validation targets (cached)"
+    )
+    a.add_argument("path", type=Path, help="packed dataset folder")
+    a.add_argument(
+        "--val-tokens", type=int, help="score the first N validation targets, as runs do (default: all)"
+    )
+    a.add_argument("--json", action="store_true")
+    a.set_defaults(func=run_baselines)
 
 
 def _vocab_flag(p: argparse.ArgumentParser) -> None:
@@ -169,6 +179,24 @@ def run_info(args: argparse.Namespace) -> int:
         for i, row in enumerate(ds.rows("val", 0, min(args.show, ds.num_rows("val")))):
             text = tok.decode(row.tolist(), skip_special_tokens=False)
             print(f"--- val row {i} ---\n{text}")
+    return 0
+
+
+def run_baselines(args: argparse.Namespace) -> int:
+    from loopscale.data import PackedDataset
+    from loopscale.data.baselines import dataset_baselines
+
+    ds = PackedDataset(args.path)
+    val_tokens = args.val_tokens if args.val_tokens is not None else ds.num_rows("val") * ds.seq_len
+    base = dataset_baselines(args.path, val_tokens)
+    if args.json:
+        print(json.dumps(base.to_dict(), indent=2))
+    else:
+        print(
+            f"unigram {base.unigram:.4f} nats, bigram {base.bigram:.4f} nats on {base.val_tokens:,} "
+            f"validation targets (counts from {base.train_tokens:,} training tokens, "
+            f"vocabulary {base.vocab_size:,})"
+        )
     return 0
 
 

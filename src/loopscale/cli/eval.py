@@ -1,4 +1,4 @@
-"""``loopscale eval`` and ``loopscale eval-sweep``: downstream continuation loss on five axes (spec §10)."""
+"""``loopscale eval`` and ``loopscale eval-sweep``: downstream continuation loss on five axes (method §10)."""
 
 from __future__ import annotations
 

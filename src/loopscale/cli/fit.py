@@ -30,8 +30,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--model-config",
-        help="YAML with the architecture template (model keys) for the "
-        "compute-optimal FLOPs model; default: the paper's template",
+        help="architecture template of the compute-optimal FLOPs model: flat model keys, a run's "
+        "config.yaml, a sweep.yaml, or a sweep / run folder; default: the sweep the table came from "
+        "(sweep.yaml or runs/*/config.yaml next to it), else the paper's template",
+    )
+    p.add_argument(
+        "--no-profile",
+        dest="profile",
+        action="store_false",
+        help="skip the profile-likelihood interval for phi (a second interval beside the bootstrap's)",
     )
     p.add_argument("--json", dest="json_out", help="write the full result document to this file")
     p.add_argument("--plots", help="write figures (PNG + SVG) into this folder")
@@ -47,7 +54,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         required=True,
         help="non-embedding parameters of the non-looped (r = 1) model at the same width",
     )
-    p.add_argument("--model-config", help="YAML with the architecture template; default: the paper's")
+    p.add_argument(
+        "--model-config",
+        help="architecture template (model keys, a run's config.yaml, a sweep.yaml or folder); default: "
+        "the template recorded in --fit, else the paper's",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(func=run_equiv)
 
@@ -65,17 +76,42 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _template(path: str | None):
-    from loopscale.config import ModelConfig, from_dict, load_yaml
+    """``--model-config`` → (ModelConfig, source) or (None, None)."""
+    from loopscale.fit.template import load_template
 
-    return None if path is None else from_dict(ModelConfig, load_yaml(path), "model")
+    return (None, None) if path is None else load_template(path)
+
+
+def _check_output_paths(json_out: str | None, plots: str | None) -> None:
+    """Refuse output paths that cannot be written before any fitting is done (one-line UserError)."""
+    from loopscale.errors import UserError
+
+    for flag, value, want_dir in (("--json", json_out, False), ("--plots", plots, True)):
+        if value is None:
+            continue
+        path = Path(value)
+        if want_dir and path.exists() and not path.is_dir():
+            raise UserError(f"{flag} {value}: exists and is not a folder; give a folder for the figures")
+        if not want_dir and path.is_dir():
+            raise UserError(f"{flag} {value}: is a folder; give a file path for the JSON document")
+        for parent in path.parents:
+            if parent.exists():
+                if not parent.is_dir():
+                    raise UserError(f"{flag} {value}: {parent} is a file, not a folder")
+                break
 
 
 def run_fit(args: argparse.Namespace) -> int:
     from loopscale.fit import load_table, plot_protocol, run_protocol
     from loopscale.fit.bootstrap import BOOTSTRAP_RESTARTS
+    from loopscale.fit.template import template_for_table
     from loopscale.io import atomic_write_json
 
+    _check_output_paths(args.json_out, args.plots)
     table = load_table(args.table)
+    template, source = _template(args.model_config)
+    if template is None:
+        template, source = template_for_table(args.table, table.run)
     protocol = run_protocol(
         table,
         law=args.law,
@@ -84,8 +120,10 @@ def run_fit(args: argparse.Namespace) -> int:
         bootstrap=args.bootstrap,
         bootstrap_restarts=BOOTSTRAP_RESTARTS if args.bootstrap_restarts is None else args.bootstrap_restarts,
         seed=args.seed,
-        flops_model=_template(args.model_config),
+        flops_model=template,
         split=args.split,
+        template_source=source,
+        profile=args.profile,
     )
     print(protocol.format())
     if args.json_out:
@@ -98,10 +136,14 @@ def run_fit(args: argparse.Namespace) -> int:
 
 
 def run_equiv(args: argparse.Namespace) -> int:
+    from loopscale.config import ModelConfig, from_dict
     from loopscale.errors import UserError
     from loopscale.fit import equivalence
+    from loopscale.fit.analyses import check_equivalence_inputs
 
     phi = args.phi
+    template, source = _template(args.model_config)
+    note = None
     if args.fit_json:
         path = Path(args.fit_json)
         try:
@@ -109,21 +151,34 @@ def run_equiv(args: argparse.Namespace) -> int:
             fitted = doc["fit"]["phi"]
         except FileNotFoundError:
             raise UserError(f"fit document not found: {path}") from None
-        except (json.JSONDecodeError, KeyError, TypeError):
+        except (json.JSONDecodeError, KeyError, TypeError, IsADirectoryError, UnicodeDecodeError):
             raise UserError(f"{path}: not a joint-law `loopscale fit --json` document (no fit.phi)") from None
+        if not isinstance(fitted, int | float) or isinstance(fitted, bool):
+            raise UserError(f"{path}: fit.phi is not a number ({fitted!r})")
         if phi is not None and phi != fitted:
             raise UserError(f"--phi {phi} disagrees with phi = {fitted} in {path}; give one of them")
         phi = fitted
+        recorded = ((doc.get("settings") or {}).get("template") or {}).get("model")
+        if template is None and isinstance(recorded, dict):
+            template = from_dict(ModelConfig, recorded, f"{path}: settings.template.model")
+            source = f"the template recorded in {path}"
+        diagnostics = doc.get("diagnostics") or {}
+        if diagnostics.get("phi_identified") is False:
+            note = f"note: {diagnostics.get('verdict') or 'phi was not identified by that fit'}"
     if phi is None:
         raise UserError("give --phi or --fit FIT.json")
-    out = equivalence(args.params, args.r, phi, _template(args.model_config))
+    check_equivalence_inputs(args.params, args.r, phi)
+    out = equivalence(args.params, args.r, phi, template)
+    out["template"] = source or "the paper's template (method §2)"
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
+    if note:
+        print(note)
     p = out["params"]
     print(
         f"non-looped model: {p:,.0f} parameters at width d = {out['width']:.0f}; r = {args.r} at the same "
-        f"width, phi = {phi:g}"
+        f"width, phi = {phi:g} (template: {out['template']})"
     )
     print(
         f"worth of {args.r} loops   r^phi = {out['worth']:.4f} unique blocks "

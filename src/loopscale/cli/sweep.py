@@ -24,9 +24,9 @@ def _add_spec_args(p: argparse.ArgumentParser, required: bool) -> None:
 
 
 def _add_fit_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--restarts", type=int, default=500, help="L-BFGS-B random restarts per fit (spec §8.3)")
+    p.add_argument("--restarts", type=int, default=500, help="L-BFGS-B random restarts per fit (method §8.3)")
     p.add_argument(
-        "--bootstrap", type=int, default=200, help="cell-bootstrap resamples for the φ CI (spec §8.4)"
+        "--bootstrap", type=int, default=200, help="cell-bootstrap resamples for the φ CI (method §8.4)"
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the fit's restarts and bootstrap")
 
@@ -72,6 +72,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, help="report folder (default: SWEEP_DIR/report)")
     _add_fit_args(p)
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser(
+        "lr-sweep",
+        help="calibrate the LR at a new scale: re-anchor the transfer rules, sweep one multiplier on every "
+        "base LR, record the shared optimum",
+    )
+    _add_spec_args(p, required=False)
+    p.add_argument("--out", required=True, type=Path, help="calibration sweep folder (rerun to resume)")
+    p.add_argument("--data", help="packed dataset folder for every run (sets train.data.path)")
+    p.add_argument("--budget", type=float, required=True, help="training FLOPs of every calibration run")
+    p.add_argument("--widths", type=int, nargs="+", required=True, help="widths (d_model) to calibrate at")
+    p.add_argument("--rs", type=int, nargs="+", default=[1, 4], help="loop counts (default: 1 4)")
+    p.add_argument(
+        "--multipliers", type=float, nargs="+", default=[0.5, 1.0, 2.0, 4.0],
+        help="factors on every base LR (default: 0.5 1 2 4)",
+    )
+    p.add_argument("--ref-width", type=int, help="re-anchor the LR transfer rules at this width")
+    p.add_argument("--ref-batch-tokens", type=int, help="re-anchor the batch rule at this batch (tokens)")
+    p.add_argument("--workers", type=int, default=1, help="concurrent runs")
+    p.add_argument("--threads", type=int, help="CPU threads per run (default: cores / workers)")
+    p.set_defaults(func=cmd_lr_sweep)
 
     p = sub.add_parser(
         "demo", help="the whole pipeline on 2 CPU cores in about 10 minutes: data → sweep → fit → report"
@@ -181,6 +202,37 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     )
     _, csv_path, _ = collect(args.out)
     print(f"results: {csv_path}")
+    return _exit_code(statuses)
+
+
+def cmd_lr_sweep(args: argparse.Namespace) -> int:
+    from loopscale.io import atomic_write_json
+    from loopscale.sweep.collect import collect
+    from loopscale.sweep.lr import CALIBRATION_FILE, base_optim, calibrate, format_calibration, lr_sweep_spec
+    from loopscale.sweep.rundir import SPEC_FILE
+
+    if args.workers < 1:
+        raise UserError(f"--workers must be >= 1, got {args.workers}")
+    base = _with_data(_load(args), args.data)
+    if base is None:
+        raise UserError("give the base sweep: a SPEC file or --preset NAME")
+    spec = lr_sweep_spec(
+        base,
+        budget=args.budget,
+        widths=args.widths,
+        rs=args.rs,
+        multipliers=args.multipliers,
+        ref_width=args.ref_width,
+        ref_batch_tokens=args.ref_batch_tokens,
+    )
+    statuses = run_sweep(spec, args.out, workers=args.workers, threads=args.threads)
+    rows, _, _ = collect(args.out)
+    result = calibrate(rows, base_optim(spec))
+    result["sweep"] = str(args.out / SPEC_FILE)
+    result["budget"] = args.budget
+    atomic_write_json(args.out / CALIBRATION_FILE, result)
+    print(format_calibration(result))
+    print(f"wrote {args.out / CALIBRATION_FILE}")
     return _exit_code(statuses)
 
 

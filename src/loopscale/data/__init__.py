@@ -1,4 +1,4 @@
-"""Data pipeline (spec §6): corpus assembly, byte-level BPE, best-fit packing, memory-mapped row shards.
+"""Data pipeline (method §6): corpus assembly, byte-level BPE, best-fit packing, memory-mapped row shards.
 
 Public API used by the other areas::
 

@@ -31,7 +31,7 @@ from loopscale.io import atomic_write, atomic_write_json
 
 FORMAT = "loopscale-packed-v1"
 SPLITS = ("train", "val")
-ROWS_PER_SHARD = 15_000  # spec §6
+ROWS_PER_SHARD = 15_000  # method §6
 DTYPES = ("auto", "uint16", "uint32")
 
 

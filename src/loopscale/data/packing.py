@@ -1,4 +1,4 @@
-"""Best-fit packing of tokenised documents into rows of T + 1 tokens (spec §6).
+"""Best-fit packing of tokenised documents into rows of T + 1 tokens (method §6).
 
 The rule, exactly as the paper's loader:
 
@@ -10,7 +10,7 @@ Every document arrives with its BOS already prepended, so every row starts at a 
 no row contains padding. Ties (equal lengths) go to the document that entered the buffer first, so the output
 is a deterministic function of the input order.
 
-Choices where the spec is silent (also in docs/data.md):
+Choices where the method is silent (also in docs/data.md):
 
 - **Cropped tails are discarded**, as in the authors' loader: the remainder of a cropped document never
   reappears (a tail without its BOS and its beginning is not a document start). ``PackStats.cropped_tokens``
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-BUFFER_DOCS = 1000  # spec §6
+BUFFER_DOCS = 1000  # method §6
 
 
 @dataclass

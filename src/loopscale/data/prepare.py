@@ -1,4 +1,4 @@
-"""Build packed datasets: corpus → tokenizer → train/val split → best-fit rows → shards (spec §6).
+"""Build packed datasets: corpus → tokenizer → train/val split → best-fit rows → shards (method §6).
 
 ``prepare_default`` runs the whole chain for the bundled default corpus and is idempotent and resumable:
 each step (corpus, tokenizer, packed rows) is skipped when its folder is complete, and each step marks

@@ -1,7 +1,7 @@
 """Byte-level BPE tokenizers: trained offline with HF ``tokenizers``, or any ``tokenizer.json`` by path.
 
 A trained tokenizer reserves one special token, ``<|bos|>``, with id 0; it is prepended to every document
-(spec §6: BOS per document). A tokenizer brought by the user names its BOS token explicitly or through the
+(method §6: BOS per document). A tokenizer brought by the user names its BOS token explicitly or through the
 usual spellings (``<|bos|>``, ``<s>``, ``<|begin_of_text|>``, ``<|endoftext|>``, ``<bos>``).
 """
 

@@ -1,4 +1,4 @@
-"""Downstream evaluation by per-token continuation loss (spec §10).
+"""Downstream evaluation by per-token continuation loss (method §10).
 
 Modules (torch is imported only by ``continuation``, ``suite`` and ``harness``):
 

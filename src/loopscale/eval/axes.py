@@ -1,11 +1,11 @@
-"""The paper's five evaluation axes and twenty tasks (spec §10.3, Table 8), task resolution, aggregation.
+"""The paper's five evaluation axes and twenty tasks (method §10.3, Table 8), task resolution, aggregation.
 
 A paper task is read from ``TASK_DIR/<name>.jsonl`` when that file exists (see docs/eval.md for how to
 produce it from the public data set); the synthetic ones (induction head, VarAssign, Dyck languages) are
 generated when their file is absent. Any other paper task without a file is reported as *missing*: it
 appears in the output with its axis, and the axis is marked incomplete, instead of being dropped.
 
-Aggregation (spec §10.1): an axis's loss is the unweighted mean of its tasks' losses (over the tasks
+Aggregation (method §10.1): an axis's loss is the unweighted mean of its tasks' losses (over the tasks
 that were evaluated); the macro loss is the unweighted mean over axes.
 """
 

@@ -1,4 +1,4 @@
-"""Per-token continuation loss (spec §10.1), written against a generic logits function.
+"""Per-token continuation loss (method §10.1), written against a generic logits function.
 
 Metric, in nats:
   example  Σ cross-entropy of the gold continuation's tokens given the prompt / number of those tokens;
@@ -180,7 +180,7 @@ def evaluate_task(
     max_batch_tokens: int = DEFAULT_BATCH_TOKENS,
     device: str | torch.device = "cpu",
 ) -> TaskResult:
-    """Score every example of ``task`` (all options of an MC item) and aggregate as spec §10.1."""
+    """Score every example of ``task`` (all options of an MC item) and aggregate as method §10.1."""
     owners: list[int] = []  # example index of each scored pair
     pairs: list[tuple[str, str]] = []
     for idx, example in enumerate(task.scored):

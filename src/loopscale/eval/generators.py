@@ -1,4 +1,4 @@
-"""Synthetic probes of spec §10.4, generated offline and deterministically.
+"""Synthetic probes of method §10.4, generated offline and deterministically.
 
 The paper publishes the formats but not every detail. Where it is silent these generators follow the
 authors' public evaluation-bundle scripts (github.com/kschwethelm/looped-lm-scaling, ``dev/eval_bundles``),
@@ -9,7 +9,7 @@ Induction head (1,000 items, 0-shot, seed 1337; reasoning primitives):
   ``rng.choices`` (keys first, then values, then the queried line with ``rng.randrange(8)``). The item
   ends with a query line ``key ->``; the continuation delimiter " " makes it ``key -> val``. The spec
   asks for distinct keys: the draw does not enforce it, but with seed 1337 all 1,000 items have 8
-  distinct keys (the tests check this), so the authors' items and the spec's rule coincide.
+  distinct keys (the tests check this), so the authors' items and the rule of method §10.4 coincide.
 
 VarAssign (1,000 items per variant, 5-shot, seed 42; reasoning primitives):
   variables are single lowercase letters; values are integers in [1, 25].

@@ -16,7 +16,7 @@ or, from the shell, lm-eval's own command line with the model registered::
 lm-eval's ``batch_size`` is accepted and unused: batches are formed by token count. Requests are scored
 exactly like ``loopscale eval`` (``continuation.encode_pairs`` and ``score_sequences``), log-likelihoods
 in nats. ``generate_until`` decodes greedily with the model's KV-cache ``generate()`` (one cache slot per
-loop iteration, spec §2.9) and stops at a stop string or BOS.
+loop iteration, method §2.9) and stops at a stop string or BOS.
 """
 
 from __future__ import annotations

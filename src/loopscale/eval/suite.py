@@ -8,7 +8,7 @@
      "axes": {axis: {loss, accuracy, tasks, missing, complete}},
      "macro_loss": ..., "missing": [{name, axis, reason}]}
 
-Losses are per-token continuation losses in nats (spec §10.1). The sweep's ``collect`` turns
+Losses are per-token continuation losses in nats (method §10.1). The sweep's ``collect`` turns
 ``axes[*].loss`` into ``axis_<name>`` columns.
 """
 

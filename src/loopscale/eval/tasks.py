@@ -1,4 +1,4 @@
-"""Evaluation tasks: the JSONL task format, its loader, and CORE-style few-shot prompts (spec §10.2, §10.4).
+"""Evaluation tasks: the JSONL task format, its loader, and CORE-style few-shot prompts (method §10.2, §10.4).
 
 A task file is JSON Lines. An optional first line ``{"task": {...}}`` carries the task's metadata
 (``TaskMeta``); every other line is one example:

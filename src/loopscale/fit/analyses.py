@@ -18,7 +18,7 @@ from loopscale.accounting import block_params, count_params, flops_per_token, in
 from loopscale.config import ModelConfig
 from loopscale.config import replace as replace_config
 from loopscale.errors import UserError
-from loopscale.fit.law import law_loss
+from loopscale.fit.law import LOWER, PHI, UPPER, law_loss
 from loopscale.fit.table import RunTable
 
 SPLITS = ("paper", "ls")
@@ -46,8 +46,8 @@ def paper_template() -> ModelConfig:
 class SizeModel:
     """N_once(d), N_rec(d), N(d) and F(d) of one (template, r) as exact quadratics in width d.
 
-    ``split`` "paper" uses the paper's N_once/N_rec (spec §3.1); "ls" the project page's least-squares split
-    (spec §3.4) for N_once/N_rec, while N stays the exact unique-parameter count.
+    ``split`` "paper" uses the paper's N_once/N_rec (method §3.1); "ls" the project page's least-squares split
+    (method §3.4) for N_once/N_rec, while N stays the exact unique-parameter count.
     """
 
     r: int
@@ -94,21 +94,27 @@ class SizeModel:
 
 
 def equivalence(params: float, r: int, phi: float, template: ModelConfig | None = None) -> dict[str, float]:
-    """A non-looped model of ``params`` parameters vs the r-loop model at the same width (spec §9.8).
+    """A non-looped model of ``params`` parameters vs the r-loop model at the same width (method §9.8).
 
     Returns the looped model's unique and effective sizes (N_eff, paper split; and the layers-only ratio
     (ℓ_p + ℓ_c + r^φ·ℓ_rec)/depth that ignores the injection), its exact per-token training-FLOPs ratio to
     the non-looped model, the injection's share of block FLOPs, and the non-looped size with the same
     per-token training FLOPs (its training-cost equivalent).
     """
-    if params <= 0:
-        raise UserError(f"params must be positive, got {params:g}")
-    if r < 1:
-        raise UserError(f"r must be >= 1, got {r}")
+    check_equivalence_inputs(params, r, phi)
     template = template or paper_template()
+    try:
+        lay = replace_config(template, width=template.head_dim * 4, r=r).layout()
+    except UserError as exc:
+        raise UserError(f"r = {r} does not fit this template: {exc}") from None
     plain, looped = SizeModel.build(template, 1), SizeModel.build(template, r)
+    smallest = float(plain("n", template.head_dim))
+    if params < smallest:
+        raise UserError(
+            f"{params:,.0f} parameters is smaller than one head at this template: the narrowest model "
+            f"(d = head_dim = {template.head_dim}) already has {smallest:,.0f} non-embedding parameters"
+        )
     width = plain.width_for("n", params)
-    lay = replace_config(template, width=template.head_dim * 4, r=r).layout()
     unique = float(looped("n", width))
     effective = float(n_eff(looped("n_once", width), looped("n_rec", width), r, phi))
     flops_looped = float(looped("flops", width))
@@ -129,6 +135,23 @@ def equivalence(params: float, r: int, phi: float, template: ModelConfig | None 
         "block_flops_overhead": r * injection_params(width, lay) / (lay.effective_depth * n_b),
         "cost_equivalent_params": float(plain("n", plain.width_for("flops", flops_looped))),
     }
+
+
+MAX_PARAMS = 1e15  # larger sizes are typos (a quadrillion non-embedding parameters)
+
+
+def check_equivalence_inputs(params: float, r: int, phi: float) -> None:
+    """Refuse NaN/inf/non-positive/absurd sizes, r < 1 and φ outside the fit box (one-line UserError)."""
+    if not (isinstance(params, int | float) and math.isfinite(params) and params > 0):
+        raise UserError(f"params must be a finite positive parameter count, got {params!r}")
+    if params > MAX_PARAMS:
+        raise UserError(f"params = {params:g} is absurd (more than {MAX_PARAMS:g}); give a parameter count")
+    if not (isinstance(r, int) or float(r).is_integer()) or r < 1:
+        raise UserError(f"r must be a whole number >= 1, got {r!r}")
+    if phi is None or not math.isfinite(phi) or not LOWER[PHI] <= phi <= UPPER[PHI]:
+        raise UserError(
+            f"phi must be a finite number in the fit box [{LOWER[PHI]:g}, {UPPER[PHI]:g}], got {phi!r}"
+        )
 
 
 def residual_stats(observed: np.ndarray, predicted: np.ndarray, r: np.ndarray) -> dict:
@@ -153,14 +176,18 @@ def compute_optimal(
     template: ModelConfig | None = None,
     split: str = "paper",
     width_range: tuple[float, float] | None = None,
+    widths_run: tuple[float, float] | None = None,
 ) -> dict:
-    """Minimise L(N_eff(d), C/F(d)) over continuous width d for every (r, C) (spec §8.7, §9.6).
+    """Minimise L(N_eff(d), C/F(d)) over continuous width d for every (r, C) (method §8.7, §9.6).
 
     ``coef`` is a fitted law ({E, A, B, alpha, beta[, phi]}; without phi the plain law with N = unique
     parameters). Returns per r: rows {budget, width, n, n_eff, tokens, loss} at the optimum, the exponents
     a_N, a_D of N* ∝ C^a_N and D* ∝ C^a_D (least squares in log-log over the budgets), and the loss gap to
     r = 1 per budget when r = 1 is among ``rs``. ``width_range`` defaults to [head_dim, 65,536]: the
-    narrowest legal width (one head) up to far beyond any grid. An optimum on its edge is flagged.
+    narrowest legal width (one head) up to far beyond any grid. An optimum on its edge is flagged
+    (``at_edge``); with ``widths_run`` (the narrowest and widest width of the runs behind the fit) each row
+    also says whether its optimum lies inside that range (``within_widths_run``; outside it is an
+    extrapolation of the law).
     """
     template = template or paper_template()
     width_range = width_range or (float(template.head_dim), 65536.0)
@@ -192,6 +219,9 @@ def compute_optimal(
                     "at_edge": bool(min(res.x - lo, hi - res.x) < 1e-3),
                 }
             )
+            if widths_run is not None:
+                inside = widths_run[0] * (1 - 1e-9) <= d <= widths_run[1] * (1 + 1e-9)
+                rows[-1]["within_widths_run"] = bool(inside)
         entry: dict = {"rows": rows}
         if len(budgets) >= 2:
             log_c = np.log(budgets)
@@ -206,11 +236,13 @@ def compute_optimal(
 
 
 def parabola_minima(table: RunTable) -> list[dict]:
-    """Empirical iso-FLOP minima (spec §8.7, §9.5): per (budget, r) cell, a least-squares parabola of loss
+    """Empirical iso-FLOP minima (method §8.7, §9.5): per (budget, r) cell, a least-squares parabola of loss
     in log N (N = unique parameters) through the cell's runs and its vertex (N*, L*).
 
-    Cells with fewer than 3 distinct N, or whose parabola opens downwards, get ``n_star`` None and a
-    ``note``. ``inside`` says whether N* lies within the cell's range of N.
+    A vertex is reported only when the runs bracket it (``bracketed`` true): at least 3 distinct sizes, a
+    parabola that opens upwards, and a vertex inside [smallest, largest] N run. Otherwise ``n_star`` and
+    ``loss_star`` are None and ``reason`` says why; an extrapolated vertex is never given as a number (it
+    can be absurd, e.g. a negative loss).
     """
     if not table.has_budget:
         return []
@@ -218,19 +250,30 @@ def parabola_minima(table: RunTable) -> list[dict]:
     for c, r in sorted({(float(b), int(k)) for b, k in zip(table.budget, table.r)}):
         mask = (table.budget == c) & (table.r == r)
         log_n, loss = np.log(table.n[mask]), table.loss[mask]
-        row: dict = {"budget": c, "r": r, "n_runs": int(mask.sum()), "n_star": None, "loss_star": None}
+        row: dict = {
+            "budget": c,
+            "r": r,
+            "n_runs": int(mask.sum()),
+            "n_star": None,
+            "loss_star": None,
+            "bracketed": False,
+        }
         if len(set(log_n.tolist())) < 3:
-            row["note"] = "fewer than 3 distinct sizes"
+            row["reason"] = "fewer than 3 widths run at this budget"
         else:
             c2, c1, c0 = np.polyfit(log_n, loss, 2)
-            if c2 <= 0:
-                row["note"] = "parabola opens downwards (no minimum)"
+            x_star = -c1 / (2 * c2) if c2 > 0 else math.nan
+            if not c2 > 0:
+                row["reason"] = "the parabola opens downward (no minimum): not bracketed"
+            elif x_star < log_n.min():
+                row["reason"] = "vertex below the narrowest width run: the minimum is not bracketed"
+            elif x_star > log_n.max():
+                row["reason"] = "vertex above the widest width run: the minimum is not bracketed"
             else:
-                x_star = -c1 / (2 * c2)
                 row.update(
                     n_star=float(math.exp(x_star)),
                     loss_star=float(c0 - c1 * c1 / (4 * c2)),
-                    inside=bool(log_n.min() <= x_star <= log_n.max()),
+                    bracketed=True,
                 )
         out.append(row)
     return out

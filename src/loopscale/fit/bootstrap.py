@@ -1,10 +1,10 @@
-"""Block bootstrap over (budget, r) cells (spec §8.4) and the paired Δφ bootstrap between two tables.
+"""Block bootstrap over (budget, r) cells (method §8.4) and the paired Δφ bootstrap between two tables.
 
 A resample draws as many cells as the table has, with replacement, and pools their runs (duplicates
 allowed); it is represented as a weight vector over runs (how often each run was drawn), which is exactly
 the summed objective on the pooled runs. All resamples of one bootstrap are fitted in one batch.
 
-Each refit starts from the full-data optimum (the warm start spec §8.8 recommends) plus ``restarts`` fresh
+Each refit starts from the full-data optimum (the warm start method §8.8 recommends) plus ``restarts`` fresh
 uniform start points; ``benchmarks/fit_speed.py`` checks that this reaches the same refits as the full
 500-random-start protocol. Resamples that cannot identify the law (one r for the joint law, one budget)
 are redrawn. CIs are percentile intervals (2.5th–97.5th by default).
@@ -149,7 +149,7 @@ def compare_phi(
     seed: int = 0,
     level: float = CI_LEVEL,
 ) -> dict:
-    """Δφ = φ(variant) − φ(base) with a paired cell bootstrap (spec §8.5 case studies).
+    """Δφ = φ(variant) − φ(base) with a paired cell bootstrap (method §8.5 case studies).
 
     Both tables are restricted to the (budget, r) cells they share (the paper refits the baseline on the
     case study's four budgets). Each resample draws one multiset of shared cells and refits both tables on

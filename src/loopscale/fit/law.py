@@ -1,4 +1,4 @@
-"""The joint iso-depth law and the Hoffmann-style objective (spec §8.1–8.3), vectorised over fits.
+"""The joint iso-depth law and the Hoffmann-style objective (method §8.1–8.3), vectorised over fits.
 
     L̂ = E + A·N_eff^(−α) + B·D^(−β),   N_eff = N_once + r^φ·N_rec     (losses in nats, D in tokens)
 
@@ -8,6 +8,8 @@ Parameters live in log space as θ = (a, b, e, α, β, φ) with A = eᵃ, B = e�
 so that restarts and bootstrap resamples are evaluated in one NumPy pass.
 
 The plain Chinchilla law is the same objective with N_once = N, N_rec = 0 and φ fixed (it then cancels).
+A design with ``delta = inf`` turns the objective into least squares, ½·Σ(log L̂ − log L)² (the Gaussian
+profile likelihood of ``fit.profile`` uses it).
 """
 
 from __future__ import annotations
@@ -18,11 +20,15 @@ from dataclasses import dataclass
 import numpy as np
 
 PARAMS = ("a", "b", "e", "alpha", "beta", "phi")
-#: The fit box of spec §8.3, in the order of ``PARAMS``.
+#: The fit box of method §8.3, in the order of ``PARAMS``.
 LOWER = np.array([-5.0, -5.0, -3.0, 0.0, 0.0, -3.0])
 UPPER = np.array([35.0, 35.0, 2.0, 2.5, 2.5, 3.0])
 HUBER_DELTA = 1e-3
 PHI = PARAMS.index("phi")
+#: How reports name the parameters of θ: A, B, E for a, b, e (a bound on e is a bound on E = eᵉ).
+PARAM_LABELS = ("A", "B", "E", "alpha", "beta", "phi")
+#: A parameter within this distance of its box edge (in θ, i.e. log A, log B, log E) is "at a bound".
+BOUND_TOL = 1e-6
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,7 @@ class Design:
     log_r: np.ndarray  # log of the loop count
     log_tokens: np.ndarray  # log D
     log_loss: np.ndarray  # log of the final validation loss in nats
+    delta: float = HUBER_DELTA  # Huber δ of the objective; inf = least squares
 
     @classmethod
     def build(cls, n_once, n_rec, r, tokens, loss) -> Design:
@@ -75,8 +82,12 @@ def objective_and_gradient(
     term_e = np.exp(e)
     total = term_n + term_d + term_e[:, None]
     resid = np.log(total) - design.log_loss
-    loss = huber(resid)
-    slope = np.clip(resid, -HUBER_DELTA, HUBER_DELTA) / total  # ∂Huber/∂L̂
+    if math.isinf(design.delta):  # least squares
+        loss = 0.5 * resid * resid
+        slope = resid / total
+    else:
+        loss = huber(resid, design.delta)
+        slope = np.clip(resid, -design.delta, design.delta) / total  # ∂Huber/∂L̂
     if weights is not None:
         loss = loss * weights
         slope = slope * weights
@@ -92,6 +103,18 @@ def objective_and_gradient(
     dlogn_dphi = (r_phi * design.n_rec * design.log_r) / n_eff
     grad[:, 5] = -alpha * (u_n * dlogn_dphi).sum(axis=1)
     return f, grad
+
+
+def at_bound(theta: np.ndarray, free: np.ndarray | None = None, tol: float = BOUND_TOL) -> np.ndarray:
+    """Which parameters sit within ``tol`` of their box edge: θ [..., 6] → bool [..., 6] (``free`` only)."""
+    theta = np.asarray(theta, dtype=float)
+    hit = (theta - LOWER <= tol) | (UPPER - theta <= tol)
+    return hit if free is None else hit & np.asarray(free, dtype=bool)
+
+
+def bound_names(theta: np.ndarray, free: np.ndarray | None = None) -> list[str]:
+    """Labels (``PARAM_LABELS``) of the free parameters of one θ [6] that sit at a bound of the box."""
+    return [name for name, hit in zip(PARAM_LABELS, at_bound(theta, free)) if hit]
 
 
 def theta_to_coefficients(theta: np.ndarray) -> dict[str, float]:

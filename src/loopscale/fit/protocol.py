@@ -1,10 +1,12 @@
-"""The whole fitting protocol of spec §8 on one results table, as one JSON-ready document.
+"""The whole fitting protocol of method §8 on one results table, as one JSON-ready document.
 
 ``run_protocol`` fits the requested law (joint with φ free by default), the restricted φ = 0 and φ = 1
 forms, per-r Chinchilla fits, residual statistics, the cell block bootstrap with percentile CIs for every
 coefficient, refits on the lower and upper halves of the budgets, and the derived analyses (worth of a loop,
-compute-optimal frontier per r, empirical iso-FLOP minima per cell). Parts the table cannot support (one
-budget per half, no budgets, no widths for a FLOPs model) are left out with a note in ``notes``.
+compute-optimal frontier per r, empirical iso-FLOP minima per cell), the profile-likelihood interval for φ
+(``fit.profile``) and the diagnostics that say whether φ is identified (``fit.diagnostics``). Parts the table
+cannot support (one budget per half, no budgets, no widths for a FLOPs model, a template that does not
+reproduce the runs' sizes) are left out with a note in ``notes``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from loopscale.config import ModelConfig
+from loopscale.config import ModelConfig, to_dict
 from loopscale.errors import UserError
 from loopscale.fit.analyses import (
     cell_gaps,
@@ -24,9 +26,12 @@ from loopscale.fit.analyses import (
     residual_stats,
 )
 from loopscale.fit.bootstrap import BOOTSTRAP_RESTARTS, bootstrap_fit
+from loopscale.fit.diagnostics import diagnose
 from loopscale.fit.fitter import LawFit, fit_law
 from loopscale.fit.law import HUBER_DELTA
+from loopscale.fit.profile import profile_phi
 from loopscale.fit.table import RunTable
+from loopscale.fit.template import PAPER_SOURCE, template_mismatch
 
 TOP_KEYS = ("E", "A", "B", "alpha", "beta", "phi")
 
@@ -48,6 +53,8 @@ class Protocol:
     table_summary: dict
     settings: dict
     notes: list[str] = field(default_factory=list)
+    diagnostics: dict = field(default_factory=dict)  # fit.diagnostics.diagnose: at_bound, phi_identified, …
+    profile: dict | None = None  # fit.profile.profile_phi: profile-likelihood interval for φ
 
     @property
     def ci(self) -> dict[str, list[float]]:
@@ -75,11 +82,16 @@ class Protocol:
             "table": self.table_summary,
             "settings": self.settings,
             "notes": self.notes,
+            "diagnostics": self.diagnostics,
+            "profile": self.profile,
         }
 
     def format(self) -> str:
         """A readable text report: every form, the CIs, residuals per r, budget halves, frontier."""
-        lines = [
+        lines = []
+        if self.diagnostics.get("verdict"):
+            lines += [self.diagnostics["verdict"], ""]
+        lines += [
             f"{len(self.fit_rows())} fits on {self.table_summary['n_runs']} runs "
             f"(r = {self.table_summary['r']}, {len(self.table_summary['budgets'])} budgets); "
             f"losses in nats, objective = summed Huber(δ=1e-3) on log loss"
@@ -94,7 +106,17 @@ class Protocol:
             lines.append(
                 f"{name:<16}{f.E:8.4f}{f.A:11.4g}{f.B:11.4g}{f.alpha:8.4f}{f.beta:8.4f}{phi:>8}"
                 f"{f.objective:12.4e}{f.r2:8.4f}{f.grad_norm:10.1e}"
+                + (f"  at bound: {', '.join(f.at_bound)}" if f.at_bound else "")
             )
+        if self.diagnostics.get("objective_note"):
+            lines.append(f"objective vs R2: {self.diagnostics['objective_note']}")
+        phi_line = self.phi_intervals_line()
+        if phi_line:
+            lines += ["", phi_line]
+            if self.profile is not None and self.profile.get("disagreement"):
+                lines.append(f"  {self.profile['disagreement']}")
+        if self.diagnostics.get("reasons"):
+            lines.append("flags: " + "; ".join(self.diagnostics["reasons"]))
         if self.ci:
             b = self.bootstrap
             lines += [
@@ -111,9 +133,14 @@ class Protocol:
         for key, s in [("all", self.residuals["overall"]), *self.residuals["per_r"].items()]:
             lines.append(f"  {key:<8}{s['n']:>4}{s['mean']:>+9.4f}{s['max_abs']:>10.4f}{s['rmse']:>8.4f}")
         if self.loop_worth:
+            caveat = (
+                " [phi not identified: not a finding]"
+                if self.diagnostics.get("phi_identified") is False
+                else ""
+            )
             lines += [
                 "",
-                "worth of r loops (r^phi unique blocks): "
+                f"worth of r loops (r^phi unique blocks){caveat}: "
                 + ", ".join(
                     f"r={w['r']}: {w['worth']:.3f} ({100 * w['fraction']:.0f}%)" for w in self.loop_worth
                 ),
@@ -128,8 +155,57 @@ class Protocol:
                 if "a_N" in own:
                     exps += f" (own per-r law: a_N {own['a_N']:.3f}, a_D {own['a_D']:.3f})"
                 lines.append(f"  r={r}: {exps}{gap}")
+            outside = [
+                f"r={r} C={row['budget']:.3g}"
+                for r, e in self.compute_optimal["per_r"].items()
+                for row in e["rows"]
+                if row.get("within_widths_run") is False
+            ]
+            rows = [row for e in self.compute_optimal["per_r"].values() for row in e["rows"]]
+            at_edge = sum(bool(row.get("at_edge")) for row in rows)
+            if at_edge:
+                lines.append(
+                    f"  {at_edge} of {len(rows)} optima sit on the edge of the width search (one head, or "
+                    "65,536): the fitted law has no interior optimum there, so their a_N, a_D mean little"
+                )
+            if outside:
+                lines.append(
+                    f"  {len(outside)} of the optima lie outside the widths run (extrapolated): "
+                    + ", ".join(outside[:6])
+                    + (" …" if len(outside) > 6 else "")
+                )
+        template = self.settings.get("template")
+        if template:
+            lines.append(f"architecture template: {template['source']}")
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+    def phi_intervals_line(self) -> str | None:
+        """φ with its bootstrap CI and its profile interval side by side (None for the plain law)."""
+        joint = self.forms.get("joint")
+        if joint is None:
+            return None
+        parts = [f"phi = {joint.phi:.4f}"]
+        if self.fit.form == "joint" and "phi" in self.ci:
+            lo, hi = self.ci["phi"]
+            parts.append(f"{100 * self.bootstrap['level']:.0f}% bootstrap CI [{lo:.4f}, {hi:.4f}]")
+        else:
+            parts.append("bootstrap CI: none")
+        if self.profile is not None:
+            ends = ["open" if x is None else f"{x:.4f}" for x in self.profile["interval"]]
+            parts.append(
+                f"{100 * self.profile['level']:.0f}% profile interval [{ends[0]}, {ends[1]}] "
+                f"(least-squares phi {self.profile['phi_hat']:.4f})"
+            )
+            agree = self.profile.get("agrees_with_bootstrap")
+            if agree is not None:
+                parts.append("intervals agree" if agree else "intervals DISAGREE")
+        else:
+            parts.append("profile: not computed")
+        identified = self.diagnostics.get("phi_identified")
+        if identified is False:
+            parts.append("NOT IDENTIFIED")
+        return "   ".join(parts)
 
     def fit_rows(self) -> list[tuple[str, LawFit]]:
         rows = [(name, f) for name, f in self.forms.items()]
@@ -152,17 +228,25 @@ def run_protocol(
     flops_model: ModelConfig | None = None,
     split: str = "paper",
     restricted_phis: tuple[float, ...] = (0.0, 1.0),
+    template_source: str | None = None,
+    profile: bool = True,
 ) -> Protocol:
-    """Run the spec §8 protocol on ``table`` (see the module docstring); ``bootstrap=0`` skips the bootstrap.
+    """Run the method §8 protocol on ``table`` (see the module docstring); ``bootstrap=0``: no bootstrap.
 
     ``flops_model`` is the architecture template (everything but width and r) used to turn width into
     N and FLOPs per token for the compute-optimal frontier; None uses the paper's template when the table
-    has widths. ``split`` "ls" refits with the project page's least-squares N_once/N_rec split (spec §3.4).
+    has widths (``fit.template.template_for_table`` finds a sweep's own template); ``template_source`` says
+    where it came from (recorded in ``settings["template"]``). A template whose N at the runs' widths
+    differs from the table's is not used for the frontier (a note says why). ``split`` "ls" refits with the
+    project page's least-squares N_once/N_rec split (method §3.4). ``profile`` computes the profile-likelihood
+    interval for φ (joint law only).
     """
     if split not in ("paper", "ls"):
         raise UserError(f"unknown split {split!r}; use 'paper' or 'ls'")
     notes: list[str] = []
     template = flops_model or paper_template()
+    template_source = template_source or ("the given model config" if flops_model else PAPER_SOURCE)
+    mismatch = template_mismatch(table, template)
     if split == "ls":
         table = table.with_ls_split(template)
     main = fit_law(table, form=law, fix_phi=fix_phi, restarts=restarts, seed=seed)
@@ -185,6 +269,11 @@ def run_protocol(
     boot = None
     if bootstrap:
         boot = bootstrap_fit(main, table, resamples=bootstrap, restarts=bootstrap_restarts, seed=seed)
+    prof = None
+    if law == "joint" and profile:
+        boot_ci = boot["ci"]["phi"] if boot is not None and main.form == "joint" else None
+        warm = [forms["joint"], *(f for k, f in forms.items() if k != "joint")]
+        prof = profile_phi(table, warm, bootstrap_ci=boot_ci, seed=seed)
     halves = _budget_halves(table, law, fix_phi, restarts, seed, notes)
     phi = main.phi
     worth = [loop_worth(r, phi) for r in rs if r > 1] if phi is not None else []
@@ -195,12 +284,21 @@ def run_protocol(
         notes.append(
             "no compute-optimal frontier: the table has no 'width' column and no FLOPs model was given"
         )
+    elif mismatch is not None:
+        notes.append(
+            f"no compute-optimal frontier: the architecture template ({template_source}) does not match the "
+            f"runs: {mismatch}; pass the sweep's template (--model-config sweep.yaml or a run's config.yaml)"
+        )
     else:
         budgets = sorted(set(table.budget.tolist()))
+        widths = table.width[np.isfinite(table.width)]
+        run_range = (float(widths.min()), float(widths.max())) if widths.size else None
         try:
-            frontier = compute_optimal(main.coefficients, budgets, rs, template, split)
+            frontier = compute_optimal(main.coefficients, budgets, rs, template, split, widths_run=run_range)
             frontier_per_r_law = {
-                r: compute_optimal(f.coefficients, budgets, [int(r)], template, split)["per_r"][r]
+                r: compute_optimal(f.coefficients, budgets, [int(r)], template, split, widths_run=run_range)[
+                    "per_r"
+                ][r]
                 for r, f in per_r.items()
             }
         except UserError as exc:
@@ -220,6 +318,12 @@ def run_protocol(
         "seed": seed,
         "split": split,
         "huber_delta": HUBER_DELTA,
+        "profile": bool(profile and law == "joint"),
+        "template": {
+            "source": template_source,
+            "matches_table": None if not np.all(np.isfinite(table.width)) else mismatch is None,
+            "model": to_dict(template),
+        },
     }
     return Protocol(
         fit=main,
@@ -235,6 +339,8 @@ def run_protocol(
         table_summary=summary,
         settings=settings,
         notes=notes,
+        diagnostics=diagnose(main, forms, boot, prof),
+        profile=prof,
     )
 
 

@@ -5,7 +5,11 @@ non-looped data, ``params``, ``tokens``, ``loss`` (taken as r = 1, N_once = para
 ``budget`` (training FLOPs; with r it defines the bootstrap cells), ``width``, ``run``, ``status`` (rows whose
 status is not "ok" are skipped with a warning and listed in ``RunTable.skipped``). Other columns (the
 ``loopscale collect`` schema has many) are ignored. A usable row with a missing, non-finite or non-positive
-size, token count or loss is bad input: a one-line ``UserError`` naming the row.
+size, token count or loss is bad input: a one-line ``UserError`` naming the row. ``n_once = 0`` is allowed
+(every parameter counted as recurrent; N_eff = r^φ·N_rec is still positive), as long as N_once + N_rec > 0.
+The same run twice (same ``run`` name, r, n_once, n_rec and tokens; without a ``run`` column, the same r,
+n_once, n_rec, tokens and loss) is refused: it would count one run double in the fit and its bootstrap.
+Several seeds of one cell are different runs (different names, or different losses).
 """
 
 from __future__ import annotations
@@ -70,7 +74,7 @@ class RunTable:
         return np.array([index[(float(b), int(r))] for b, r in zip(self.budget, self.r)]), keys
 
     def with_ls_split(self, template: ModelConfig | None = None) -> RunTable:
-        """The same runs with (N_once, N_rec) replaced by the project page's least-squares split (spec §3.4).
+        """The same runs with (N_once, N_rec) set by the project page's least-squares split (method §3.4).
 
         Needs the ``width`` column; ``template`` carries depth, prelude/coda, vocabulary and context (paper
         defaults). For r = 1 the two LS parts do not sum exactly to N, as in the published fit.
@@ -157,6 +161,7 @@ def _build(rows: list[dict], where: str) -> RunTable:
         raise UserError(f"{where}: missing column(s) {', '.join(missing)}")
     out: dict[str, list] = {name: [] for name in _COLUMNS}
     skipped: list[tuple[str, str]] = []
+    seen: dict[tuple, list[int]] = {}  # identity of a run → its row numbers (1-based)
     for i, row in enumerate(rows):
         label = str(row.get("run") or f"row {i + 1}")
         status = str(row.get("status") or "ok").strip().lower()
@@ -170,16 +175,21 @@ def _build(rows: list[dict], where: str) -> RunTable:
         tokens, loss = _number(row["tokens"]), _number(row["loss"])
         for name, value, ok in (
             ("r", r, r >= 1 and float(r).is_integer()),
-            ("n_once" if looped else "params", n_once, n_once > 0),
-            ("n_rec", n_rec, n_rec >= 0 and (n_rec > 0 or r == 1)),
+            ("n_once" if looped else "params", n_once, n_once >= 0 if looped else n_once > 0),
+            ("n_rec", n_rec, n_rec >= 0 and (n_rec > 0 or r == 1) and n_once + n_rec > 0),
             ("tokens", tokens, tokens > 0),
             ("loss", loss, loss > 0),
         ):
             if not (math.isfinite(value) and ok):
                 raise UserError(
                     f"{where}: run {label!r} has invalid {name} = {row.get(name, value)!r} "
-                    f"(sizes, tokens and loss must be finite and positive; r a whole number >= 1)"
+                    f"(tokens and loss must be finite and positive, n_once and n_rec >= 0 with a positive "
+                    f"sum, n_rec > 0 when r > 1; r a whole number >= 1)"
                 )
+        name = row.get("run")
+        name = None if name is None or str(name).strip() == "" else str(name)
+        key = (name, r, n_once, n_rec, tokens) if name is not None else (r, n_once, n_rec, tokens, loss)
+        seen.setdefault(key, []).append(i + 1)
         out["run"].append(label)
         out["r"].append(int(r))
         out["n_once"].append(n_once)
@@ -188,6 +198,7 @@ def _build(rows: list[dict], where: str) -> RunTable:
         out["loss"].append(loss)
         out["budget"].append(_number(row.get("budget")))
         out["width"].append(_number(row.get("width")))
+    _refuse_duplicates(seen, where)
     if skipped:
         warnings.warn(
             f"{where}: skipped {len(skipped)} run(s) that did not finish: "
@@ -209,4 +220,20 @@ def _build(rows: list[dict], where: str) -> RunTable:
         budget=budget,
         width=np.array(out["width"], dtype=float),
         skipped=skipped,
+    )
+
+
+def _refuse_duplicates(seen: dict[tuple, list[int]], where: str) -> None:
+    """One-line UserError naming the runs that appear more than once (method §8.4 counts each run once)."""
+    dups = [(key, at) for key, at in seen.items() if len(at) > 1]
+    if not dups:
+        return
+    parts = []
+    for key, at in dups[:3]:
+        rows = ", ".join(map(str, at))
+        parts.append(f"run {key[0]!r} (rows {rows})" if isinstance(key[0], str) else f"rows {rows}")
+    more = f" and {len(dups) - 3} more" if len(dups) > 3 else ""
+    raise UserError(
+        f"{where}: the same run appears more than once: {'; '.join(parts)}{more} (same run name, r, "
+        "n_once, n_rec and tokens; without a 'run' column also the same loss); remove the duplicates"
     )

@@ -1,4 +1,4 @@
-"""The looped transformer (spec §2): ``LoopedGPT`` built from a ``loopscale.config.ModelConfig``."""
+"""The looped transformer (method §2): ``LoopedGPT`` built from a ``loopscale.config.ModelConfig``."""
 
 from loopscale.model.gpt import LoopedGPT
 

@@ -1,4 +1,4 @@
-"""The looped transformer of the paper (spec §2), in one readable file.
+"""The looped transformer of the paper (method §2), in one readable file.
 
     idx → wte → norm_emb → prelude (ℓ_p blocks) → e
         → r × [ injection(e, state) → recurrent block (ℓ_rec blocks) → norm_recur ]
@@ -154,7 +154,7 @@ class LoopedGPT(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """The paper's initialisation (spec §2.8)."""
+        """The paper's initialisation (method §2.8)."""
         d = self.cfg.width
         nn.init.normal_(self.wte.weight, mean=0.0, std=1.0)
         nn.init.normal_(self.lm_head.weight, mean=0.0, std=0.001)
@@ -274,7 +274,7 @@ class LoopedGPT(nn.Module):
         """Greedy decoding: returns [B, T0 + max_new_tokens] token ids.
 
         The KV cache holds one slot per layer *application*, so loop i of a new token attends to the
-        loop-i keys/values of earlier tokens, exactly as in the full forward pass (spec §2.9).
+        loop-i keys/values of earlier tokens, exactly as in the full forward pass (method §2.9).
         """
         r = self._loops(r)
         if idx.ndim != 2 or idx.size(1) == 0:

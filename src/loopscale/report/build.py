@@ -1,11 +1,17 @@
-"""``loopscale report SWEEP_DIR``: collect → fit (spec §8 protocol) → report.md + self-contained report.html.
+"""``loopscale report SWEEP_DIR``: collect → fit (method §8) → report.md + self-contained report.html.
 
-What a report shows (spec §8–§9): φ with its block-bootstrap CI and R²; what one loop is worth (r^φ); the
-equivalence statement at this sweep's scale (spec §9.8); the restricted φ = 0 / φ = 1 fits; the
-compute-optimal table from the fitted law with the gap to r = 1; the empirical iso-FLOP minima per cell;
-residuals per r; the runs the fit left out and why; the figures (iso-FLOP curves per r with the fitted law,
-φ bootstrap, residuals, frontier) and, when ``loopscale eval-sweep`` added ``axis_*`` columns, axis loss
-against validation loss per r. Losses are in nats, compute in training FLOPs, D in tokens.
+The report leads with the protocol's verdict (is φ identified by this sweep, and why not). φ is printed in
+bold only when it is identified; otherwise it is printed plainly with "(not identified)" and the reasons.
+Beside it: the block-bootstrap CI and the profile-likelihood interval (and the disagreement between them,
+when there is one), R² next to the objective that was minimised with a line on why they can rank forms
+differently, and the parameters that sit at an edge of the fit box. The paper's φ is compared only with an
+identified φ, as a comparison of intervals. Then: what one loop is worth and the equivalence statement at
+this sweep's scale (method §9.8); the law fits (free φ, φ = 0, φ = 1, per-r Chinchilla); the compute-optimal
+table from the fitted law with the gap to r = 1; the empirical iso-FLOP minima per cell, where a vertex the
+widths do not bracket is reported as "not bracketed" and never as a number; the per-axis downstream losses
+when ``loopscale eval-sweep`` ran; one row per run (sizes, tokens, steps, loss, law prediction, residual,
+status); and the figures (data collapse, loop tax, iso-FLOP curves with vertices, φ profile, φ bootstrap,
+residuals, frontier, axes). Losses are in nats, compute in training FLOPs, D in tokens.
 """
 
 from __future__ import annotations
@@ -16,13 +22,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loopscale.config import ModelConfig, from_dict
+from loopscale.errors import UserError
 from loopscale.fit import equivalence, load_table, plot_protocol, run_protocol
+from loopscale.fit.law import LOWER, PARAMS, UPPER, law_loss
+from loopscale.fit.plots import interval_text
 from loopscale.fit.table import SkippedRunsWarning
 from loopscale.io import atomic_write, atomic_write_json, atomic_write_text
 from loopscale.paper import JOINT_FIT, PHI_CI
-from loopscale.report.document import Document, Image, Pre, Section, Table
-from loopscale.sweep.collect import collect
+from loopscale.report.document import Bullets, Document, Image, Pre, Section, Table
+from loopscale.sweep.collect import collect, read_results
 from loopscale.sweep.rundir import open_sweep
+
+PAPER_BUDGETS = "4.64e17–2.15e19 FLOPs"
 
 
 @dataclass(frozen=True)
@@ -55,35 +66,37 @@ def build_report(
     sweep_dir = Path(sweep_dir)
     folder = Path(out) if out is not None else sweep_dir / "report"
     spec, runs = open_sweep(sweep_dir)
-    rows, _, _ = collect(sweep_dir)
+    if not (sweep_dir / "runs").is_dir() and (sweep_dir / "results.csv").is_file():
+        rows = read_results(sweep_dir / "results.csv")  # a published folder: sweep.yaml + results.csv
+    else:
+        rows, _, _ = collect(sweep_dir)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SkippedRunsWarning)  # the report lists them itself
         table = load_table(rows)
     template = from_dict(ModelConfig, {**spec.model, "width": runs[0].width}, "sweep model")
-    protocol = run_protocol(table, restarts=restarts, bootstrap=bootstrap, seed=seed, flops_model=template)
-    doc = protocol.to_dict()
-    fit, ci = doc["fit"], doc["ci"]
-    phi, r2 = fit["phi"], fit["r2"]
-    phi_ci = ci.get("phi")
-    ci_text = f"95% CI [{phi_ci[0]:.3f}, {phi_ci[1]:.3f}]" if phi_ci else "no CI (bootstrap off)"
-    skipped = list(table.skipped)
-    summary = (
-        f"phi = {phi:.3f} ({ci_text}), R² = {r2:.4f}, {len(table)} of {len(rows)} runs fitted"
-        + (f", {len(skipped)} left out" if skipped else "")
-        + f" [sweep {spec.name}]"
+    protocol = run_protocol(
+        table,
+        restarts=restarts,
+        bootstrap=bootstrap,
+        seed=seed,
+        flops_model=template,
+        template_source=f"the sweep's template ({sweep_dir / 'sweep.yaml'})",
     )
+    doc = protocol.to_dict()
+    skipped = list(table.skipped)
+    summary = summary_line(doc, len(table), len(rows), skipped, spec.name)
 
     plots = [p for p in plot_protocol(protocol, table, folder / "plots") if p.suffix == ".png"]
     plots += _axis_plots(rows, folder / "plots")
-    report = Document(title=f"loopscale report: sweep {spec.name}", summary=summary)
-    report.sections.append(_result_section(doc, table, template, phi_ci))
+    report = Document(title=f"loopscale report: sweep {spec.name}", lead=_lead(doc, len(table), len(rows)))
+    report.sections.append(_result_section(doc, table, template))
     report.sections.append(_fits_section(doc))
     report.sections.append(_frontier_section(doc))
     report.sections.append(_minima_section(doc))
     axes_section = _axes_section(rows)
     if axes_section is not None:
         report.sections.append(axes_section)
-    report.sections.append(_runs_section(rows, skipped))
+    report.sections.append(_runs_section(rows, skipped, doc["fit"]))
     report.sections.append(Section("Figures", [Image(p, _caption(p)) for p in plots]))
     report.sections.append(Section("Full fit output", [Pre(protocol.format())]))
 
@@ -93,29 +106,229 @@ def build_report(
     return Report(folder, md, page, fit_json, f"{summary} → {page}", skipped)
 
 
-def _result_section(doc, table, template, phi_ci) -> Section:
-    fit = doc["fit"]
-    phi = fit["phi"]
-    blocks = []
-    paper = JOINT_FIT["phi"]
-    compare = ""
+# --- φ: verdict, intervals, identification ---------------------------------------------------------------
+
+
+def _identified(doc) -> bool:
+    return doc["diagnostics"]["phi_identified"] is True
+
+
+def _level(doc) -> str:
+    boot = doc["bootstrap"]
+    return f"{100 * boot['level']:.0f}%" if boot else "95%"
+
+
+def _intervals_text(doc, digits: int = 3) -> str:
+    """The intervals for φ the protocol computed, side by side: bootstrap CI, profile-likelihood interval."""
+    parts = []
+    phi_ci = doc["ci"].get("phi")
     if phi_ci:
-        inside = phi_ci[0] <= paper <= phi_ci[1]
-        overlap = phi_ci[0] <= PHI_CI[1] and PHI_CI[0] <= phi_ci[1]
-        compare = (
-            f" The paper's φ = {paper} (95% CI [{PHI_CI[0]}, {PHI_CI[1]}], 4.64e17–2.15e19 FLOPs) lies "
-            f"{'inside' if inside else 'outside'} this CI; the two CIs "
-            f"{'overlap' if overlap else 'do not overlap'}."
+        parts.append(f"bootstrap {_level(doc)} CI {interval_text(phi_ci, digits=digits)}")
+    prof = doc["profile"]
+    if prof:
+        parts.append(
+            f"profile-likelihood {100 * prof['level']:.0f}% interval "
+            f"{interval_text(prof['interval'], prof['open'], digits=digits)}"
         )
-    blocks.append(
-        f"**φ = {phi:.3f}**"
-        + (f" (95% block-bootstrap CI [{phi_ci[0]:.3f}, {phi_ci[1]:.3f}])" if phi_ci else "")
-        + f", R² = {fit['r2']:.4f} on {len(table)} runs."
-        + compare
+    return ", ".join(parts)
+
+
+def summary_line(doc, fitted: int, planned: int, skipped, sweep: str) -> str:
+    """The CLI's one line: the verdict first, then φ (marked when not identified), intervals, R², runs."""
+    diag, fit = doc["diagnostics"], doc["fit"]
+    line = diag["verdict"].rstrip(".") + ". "
+    phi = fit.get("phi")  # absent for the plain Chinchilla law
+    if phi is not None:
+        details = [_intervals_text(doc) or "no interval computed"]
+        if diag["phi_identified"] is False:
+            details.insert(0, "not identified")
+        line += f"phi = {phi:.3f} ({'; '.join(details)}), "
+    return (
+        line
+        + f"R² = {fit['r2']:.4f}, {fitted} of {planned} runs fitted"
+        + (f", {len(skipped)} left out" if skipped else "")
+        + f" [sweep {sweep}]"
+    )
+
+
+def _phi_statement(doc) -> str:
+    """φ with its intervals: bold only when identified, "(not identified)" when the protocol says so."""
+    fit, diag = doc["fit"], doc["diagnostics"]
+    phi = fit.get("phi")
+    if phi is None:
+        return "The plain Chinchilla law has no φ."
+    if doc["settings"].get("fix_phi") is not None:
+        return f"φ fixed at {phi:g} (not fitted)."
+    intervals = _intervals_text(doc)
+    tail = f": {intervals}." if intervals else " (no interval computed)."
+    if diag["phi_identified"] is True:
+        return f"**φ = {phi:.3f}**{tail}"
+    if diag["phi_identified"] is False:
+        return f"φ = {phi:.3f} (not identified){tail}"
+    return f"φ = {phi:.3f} (identification not assessed){tail}"
+
+
+def _quality_statement(doc) -> str:
+    fit = doc["fit"]
+    return (
+        f"R² = {fit['r2']:.4f} (raw losses, nats) beside the objective that was minimised: "
+        f"{fit['objective']:.3e} (summed Huber, δ = {doc['settings']['huber_delta']:g}, on log loss). "
+        + doc["diagnostics"]["objective_note"]
+    )
+
+
+def _lead(doc, fitted: int, planned: int) -> list:
+    diag = doc["diagnostics"]
+    blocks: list = [f"**Verdict:** {diag['verdict']}", _phi_statement(doc)]
+    if diag["phi_identified"] is False and diag["reasons"]:
+        blocks += ["Why φ is not identified:", Bullets(list(diag["reasons"]))]
+    blocks.append(_quality_statement(doc))
+    blocks.append(f"{fitted} of {planned} planned runs fitted.")
+    return blocks
+
+
+_SYMBOL = {"alpha": "α", "beta": "β", "phi": "φ"}
+_BOX_OF = {"A": ("a", True), "B": ("b", True), "E": ("e", True)}  # coefficient → (box parameter, exp)
+
+
+def _param(name: str) -> str:
+    """A parameter name with its box range, e.g. "E (box [0.0498, 7.39])", "φ (box [-3, 3])"."""
+    key, exp = _BOX_OF.get(name, (name, False))
+    if key not in PARAMS:
+        return _SYMBOL.get(name, name)
+    lo, hi = LOWER[PARAMS.index(key)], UPPER[PARAMS.index(key)]
+    box = f"[{math.exp(lo):.3g}, {math.exp(hi):.3g}]" if exp else f"[{lo:g}, {hi:g}]"
+    return f"{_SYMBOL.get(name, name)} (box {box})"
+
+
+def _bounds_blocks(doc) -> list:
+    at = doc["diagnostics"]["at_bound"]
+    items = []
+    fix_phi = doc["settings"].get("fix_phi")
+    main_form = "joint" if fix_phi is None else f"phi={fix_phi:g}"  # the main fit's row among the forms
+    if at["point"] and at["forms"].get(main_form) != at["point"]:
+        items.append("main fit: " + ", ".join(_param(n) for n in at["point"]))
+    for form, names in at["forms"].items():
+        if names:
+            items.append(f"{form}: " + ", ".join(_param(n) for n in names))
+    share = {k: v for k, v in at["bootstrap_share"].items() if v}
+    if share:
+        items.append(
+            "bootstrap resamples with the parameter at an edge: "
+            + ", ".join(f"{_SYMBOL.get(k, k)} {100 * v:.0f}%" for k, v in share.items())
+        )
+    if not items:
+        return ["No fitted parameter sits at an edge of the fit box (method §8.3)."]
+    return [
+        "Parameters at an edge of the fit box (method §8.3); an estimate there is set by the box:",
+        Bullets(items),
+    ]
+
+
+def _overlap_text(name: str, ours, theirs) -> str:
+    lo, hi = ours
+    if lo is None or hi is None:
+        return ""
+    if lo <= theirs[1] and theirs[0] <= hi:
+        return (
+            f"this sweep's {name} [{lo:.3f}, {hi:.3f}] and the paper's 95% CI [{theirs[0]}, {theirs[1]}] "
+            f"overlap on [{max(lo, theirs[0]):.3f}, {min(hi, theirs[1]):.3f}]"
+        )
+    side = "above" if lo > theirs[1] else "below"
+    return (
+        f"this sweep's {name} [{lo:.3f}, {hi:.3f}] lies {side} the paper's 95% CI "
+        f"[{theirs[0]}, {theirs[1]}] (no overlap)"
+    )
+
+
+def _paper_comparison(doc) -> str:
+    paper = f"φ = {JOINT_FIT['phi']}, 95% CI [{PHI_CI[0]}, {PHI_CI[1]}] at {PAPER_BUDGETS}"
+    if not _identified(doc):
+        return (
+            f"No comparison with the paper ({paper}) is made: φ is not identified by this sweep, so its "
+            "intervals say nothing about the paper's value."
+        )
+    parts = []
+    if doc["ci"].get("phi"):
+        parts.append(_overlap_text("bootstrap CI", doc["ci"]["phi"], PHI_CI))
+    prof = doc["profile"]
+    if prof and not any(prof["open"]):
+        parts.append(_overlap_text("profile interval", prof["interval"], PHI_CI))
+    parts = [p for p in parts if p]
+    if not parts:
+        return f"The paper reports {paper}; this sweep has no closed interval to compare with it."
+    return f"Compared with the paper ({paper}): " + "; ".join(parts) + "."
+
+
+def _interval_rows(doc) -> list[list[str]]:
+    rows = []
+    boot = doc["bootstrap"]
+    if doc["ci"].get("phi"):
+        lo, hi = doc["ci"]["phi"]
+        rows.append(
+            [
+                "block bootstrap (percentile)",
+                _level(doc),
+                f"{lo:.3f}",
+                f"{hi:.3f}",
+                f"{boot['resamples']} resamples of {boot['cells']} (budget, r) cells",
+            ]
+        )
+    else:
+        rows.append(["block bootstrap (percentile)", "", "–", "–", "not computed (bootstrap off)"])
+    prof = doc["profile"]
+    if prof:
+        ends = [
+            "open" if v is None else f"{v:.3f}" + (" (open)" if o else "")
+            for v, o in zip(prof["interval"], prof["open"])
+        ]
+        rows.append(
+            [
+                "profile likelihood",
+                f"{100 * prof['level']:.0f}%",
+                *ends,
+                f"deviance ≤ {prof['threshold']:.3f} (χ²₁), φ refitted on a grid",
+            ]
+        )
+    else:
+        rows.append(["profile likelihood", "", "–", "–", "not computed"])
+    return rows
+
+
+def _agreement(doc) -> str:
+    prof = doc["profile"]
+    if not prof:
+        return ""
+    if prof["agrees_with_bootstrap"] is False:
+        return prof["disagreement"] or "The bootstrap CI and the profile-likelihood interval disagree."
+    if prof["agrees_with_bootstrap"] is True:
+        return "The bootstrap CI and the profile-likelihood interval agree."
+    return "The two intervals were not compared."
+
+
+def _result_section(doc, table, template) -> Section:
+    fit, diag = doc["fit"], doc["diagnostics"]
+    phi = fit.get("phi")
+    blocks: list = [_phi_statement(doc)]
+    if phi is not None and doc["settings"].get("fix_phi") is None:
+        blocks.append(Table(["interval for φ", "level", "lower", "upper", "how"], _interval_rows(doc)))
+        agreement = _agreement(doc)
+        if agreement:
+            blocks.append(agreement)
+        if doc["profile"]:
+            blocks.append(f"Profile method: {doc['profile']['method']}.")
+        blocks.append(_paper_comparison(doc))
+    if diag["phi_identified"] is False:
+        blocks.append("Why φ is not identified: see the list at the top of this report.")
+    blocks += _bounds_blocks(doc)
+    caveat = (
+        ""
+        if _identified(doc)
+        else " (from the point estimate of a φ that is not identified: an illustration, not a finding)"
     )
     if doc["loop_worth"]:
         blocks.append(
-            "What one loop is worth: "
+            f"What one loop is worth{caveat}: "
             + "; ".join(
                 f"r = {w['r']} loops ≈ {w['worth']:.2f} unique blocks "
                 f"({100 * w['fraction']:.0f}% of full equivalence)"
@@ -125,29 +338,34 @@ def _result_section(doc, table, template, phi_ci) -> Section:
         )
     looped = [r for r in sorted(set(table.r.tolist())) if r > 1]
     plain = table.n[table.r == 1]
-    if looped and len(plain):
+    if phi is not None and looped and len(plain):
         r = 4 if 4 in looped else looped[-1]
         params = float(sorted(plain)[len(plain) // 2])
-        eq = equivalence(params, r, phi, template)
-        blocks.append(
-            f"Equivalence at this scale: next to an r = 1 model with {_m(params)} non-embedding parameters "
-            f"(d ≈ {eq['width']:.0f}), the r = {r} model of the same width has "
-            f"{_m(eq['unique_params'])} unique "
-            f"parameters ({eq['unique_ratio']:.2f}×) and is worth {_m(eq['effective_params'])} non-looped "
-            f"parameters ({eq['effective_ratio']:.2f}×, r^φ = {eq['worth']:.2f}), while it costs "
-            f"{eq['flops_ratio']:.3f}× the training FLOPs per token, as much as an r = 1 model with "
-            f"{_m(eq['cost_equivalent_params'])} parameters."
-        )
+        try:
+            eq = equivalence(params, r, phi, template)
+        except UserError as exc:
+            blocks.append(f"No equivalence statement: {exc}")
+        else:
+            blocks.append(
+                f"Equivalence at this scale{caveat}: next to an r = 1 model with {_m(params)} non-embedding "
+                f"parameters (d ≈ {eq['width']:.0f}), the r = {r} model of the same width has "
+                f"{_m(eq['unique_params'])} unique parameters ({eq['unique_ratio']:.2f}×) and is worth "
+                f"{_m(eq['effective_params'])} non-looped "
+                f"parameters ({eq['effective_ratio']:.2f}×, r^φ = {eq['worth']:.2f}), while it costs "
+                f"{eq['flops_ratio']:.3f}× the training FLOPs per token, as much as an r = 1 model with "
+                f"{_m(eq['cost_equivalent_params'])} parameters."
+            )
     for note in doc["notes"]:
         blocks.append(f"Note: {note}")
     return Section("Result", blocks)
 
 
 def _fits_section(doc) -> Section:
-    header = ["form", "E", "A", "B", "α", "β", "φ", "R²", "objective"]
+    header = ["form", "E", "A", "B", "α", "β", "φ", "R²", "objective", "at a box edge"]
+    at_bound = doc["diagnostics"]["at_bound"]["forms"]
     rows = []
     for name, f in [*doc["forms"].items(), *((f"r={k} (Chinchilla)", v) for k, v in doc["per_r"].items())]:
-        phi = f.get("phi")
+        phi = f.get("phi")  # the per-r Chinchilla fits have none
         rows.append(
             [
                 name,
@@ -159,6 +377,7 @@ def _fits_section(doc) -> Section:
                 "" if phi is None else f"{phi:.4f}",
                 f"{f['r2']:.4f}",
                 f"{f['objective']:.3e}",
+                ", ".join(_SYMBOL.get(n, n) for n in at_bound.get(name, [])),
             ]
         )
     res = doc["residuals"]
@@ -168,16 +387,17 @@ def _fits_section(doc) -> Section:
     ]
     blocks = [
         Table(header, rows),
+        doc["diagnostics"]["objective_note"],
         "Residuals of the joint fit (observed − predicted, nats), per r:",
-        Table(["r", "n", "mean", "max |res|", "RMSE"], res_rows),
+        Table(["r", "n", "mean", "max abs", "RMSE"], res_rows),
     ]
     if doc["ci"]:
         blocks.append(
-            "95% block-bootstrap CIs: "
+            f"{_level(doc)} block-bootstrap CIs: "
             + ", ".join(f"{k} [{lo:.4g}, {hi:.4g}]" for k, (lo, hi) in doc["ci"].items())
             + "."
         )
-    return Section("Law fits (Huber on log loss, L-BFGS-B, spec §8)", blocks)
+    return Section("Law fits (Huber on log loss, L-BFGS-B, method §8)", blocks)
 
 
 def _frontier_section(doc) -> Section:
@@ -190,6 +410,8 @@ def _frontier_section(doc) -> Section:
         gaps = entry.get("gap_to_r1") or [math.nan] * len(entry["rows"])
         for row, gap in zip(entry["rows"], gaps):
             edge = " (edge)" if row["at_edge"] else ""
+            if row.get("within_widths_run") is False:  # newer protocol documents say so per row
+                edge += " (outside the widths run)"
             rows.append(
                 [
                     f"{row['budget']:.3g}",
@@ -218,41 +440,105 @@ def _minima_section(doc) -> Section:
     gaps = {(g["budget"], g["r"]): g["gap"] for g in doc["cell_gaps"]}
     rows = []
     for m in doc["cell_minima"]:
-        if m["n_star"] is None:
-            rows.append([f"{m['budget']:.3g}", str(m["r"]), str(m["n_runs"]), "", "", m.get("note", ""), ""])
+        head = [f"{m['budget']:.3g}", str(m["r"]), str(m["n_runs"])]
+        if not m["bracketed"]:  # no vertex numbers: an extrapolated vertex can be absurd
+            rows.append([*head, "not bracketed", "–", "–", m["reason"]])
             continue
         gap = gaps.get((m["budget"], m["r"]))
         rows.append(
-            [
-                f"{m['budget']:.3g}",
-                str(m["r"]),
-                str(m["n_runs"]),
-                _m(m["n_star"]),
-                f"{m['loss_star']:.4f}",
-                "inside" if m.get("inside") else "outside the widths run",
-                "" if gap is None else f"{gap:+.4f}",
-            ]
+            [*head, _m(m["n_star"]), f"{m['loss_star']:.4f}", "–" if gap is None else f"{gap:+.4f}", ""]
         )
+    bracketed = sum(m["bracketed"] for m in doc["cell_minima"])
     return Section(
-        "Empirical iso-FLOP minima (parabola in log N per cell, spec §8.7)",
+        "Empirical iso-FLOP minima (parabola in log N per cell, method §8.7)",
         [
-            Table(["C (FLOPs)", "r", "runs", "N*", "L* (nats)", "vertex", "gap to r=1"], rows),
-            "A vertex outside the widths run means that iso-FLOP curve does not bracket its minimum.",
+            f"{bracketed} of {len(doc['cell_minima'])} cells bracket their minimum.",
+            Table(["C (FLOPs)", "r", "runs", "N*", "L* (nats)", "gap to r=1", "note"], rows),
+            "A vertex is given only where the widths run bracket it (at least three sizes, a parabola that "
+            "opens upwards, the vertex between the smallest and largest N run); otherwise the cell is "
+            '"not bracketed" and a wider width range at that budget is needed.',
         ],
     )
 
 
-def _runs_section(rows: list[dict], skipped: list[tuple[str, str]]) -> Section:
+def _num(value, fmt: str = "{:.0f}") -> str:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return "–"
+    return fmt.format(value) if math.isfinite(value) else "–"
+
+
+def _runs_section(rows: list[dict], skipped: list[tuple[str, str]], fit: dict) -> Section:
     ok = [r for r in rows if r["status"] == "ok"]
-    blocks = [f"{len(ok)} of {len(rows)} planned runs finished; {len(skipped)} left out of the fit."]
+    left_out = dict(skipped)
+    blocks: list = [f"{len(ok)} of {len(rows)} planned runs finished; {len(skipped)} left out of the fit."]
     if skipped:
         blocks.append(Table(["run", "why it was left out"], [[run, why] for run, why in skipped]))
+    header = [
+        "run",
+        "C (FLOPs)",
+        "width",
+        "r",
+        "N",
+        "N_once",
+        "N_rec",
+        "D (tokens)",
+        "steps",
+        "val loss",
+        "law",
+        "residual",
+        "status",
+    ]
+    table = []
+    for row in rows:
+        sizes = [row.get(k) for k in ("n_once", "n_rec", "r", "tokens")]
+        try:
+            pred = float(law_loss(fit, *(float(v) for v in sizes)))
+        except (TypeError, ValueError):
+            pred = math.nan
+        loss = float(row["loss"]) if row.get("loss") is not None else math.nan
+        resid = loss - pred if row["status"] == "ok" and row["run"] not in left_out else math.nan
+        status = row["status"] + (f": {row['reason']}" if row.get("reason") else "")
+        if row["run"] in left_out:
+            status += " (left out of the fit)"
+        table.append(
+            [
+                str(row["run"]),
+                _num(row.get("budget"), "{:.3g}"),
+                _num(row.get("width")),
+                str(row["r"]),
+                _num(row.get("n")),
+                _num(row.get("n_once")),
+                _num(row.get("n_rec")),
+                _num(row.get("tokens")),
+                _num(row.get("steps")),
+                _num(loss, "{:.4f}"),
+                _num(pred, "{:.4f}"),
+                _num(0.0 if abs(resid) < 5e-5 else resid, "{:+.4f}"),
+                status,
+            ]
+        )
+    blocks += [
+        "Every run: sizes in parameters (N = N_once + N_rec, non-embedding), D in tokens, losses in nats; "
+        '"law" is the fitted joint law\'s prediction and the residual is observed − predicted.',
+        Table(header, table),
+    ]
     return Section("Runs", blocks)
 
 
 def _caption(path: Path) -> str:
     return {
-        "isoflop": "Iso-FLOP curves per r: observed final validation loss (points) and the fitted joint law.",
+        "collapse": "Data collapse: L − B·D^−β against N_eff = N_once + r^φ·N_rec (log x) with the fitted φ, "
+        "φ = 0 and φ = 1, each with its own form's coefficients; the line is E + A·N_eff^−α. When φ is "
+        "right every r falls on one curve (panel titles give each form's RMSE).",
+        "loop_tax": "The loop tax: per budget, loss against N for each r (points) with the fitted joint law "
+        "(lines), the parabola in log N and its vertex (star) where the widths bracket it.",
+        "isoflop": "Iso-FLOP curves per r: observed final validation loss (points), the fitted joint law "
+        "(lines), the parabola in log N (dotted) and its vertex (star) where bracketed; cells marked "
+        '"not bracketed" have no vertex.',
+        "phi_profile": "Profile likelihood of φ: deviance against φ with the χ²₁ threshold, the profile "
+        "interval (shaded), the bootstrap CI (dashed) and φ̂.",
         "phi_bootstrap": "Block-bootstrap distribution of φ with the point estimate and the 95% CI.",
         "residuals": "Residuals of the joint fit (observed − predicted, nats) against N and D.",
         "frontier": "Compute-optimal loss L* and size N* per r from the fitted law.",
@@ -265,7 +551,7 @@ def _axis_columns(rows: list[dict]) -> list[str]:
 
 
 def _axes_section(rows: list[dict]) -> Section | None:
-    """Per (budget, r) cell, the compute-optimal checkpoint (lowest validation loss in the cell, spec §10.2)
+    """Per (budget, r) cell, the compute-optimal checkpoint (lowest validation loss in the cell, method §10.2)
     and its per-axis continuation losses (nats), as in the paper's headline downstream view."""
     axes = _axis_columns(rows)
     if not axes:
@@ -288,8 +574,10 @@ def _axes_section(rows: list[dict]) -> Section | None:
             for (budget, r), row in sorted(best.items())
         ],
     )
-    note = ("Per-axis continuation loss (nats per gold token; axis = mean of its tasks) of the "
-            "compute-optimal run of each (budget, r) cell; – where a run was not evaluated.")
+    note = (
+        "Per-axis continuation loss (nats per gold token; axis = mean of its tasks) of the "
+        "compute-optimal run of each (budget, r) cell; – where a run was not evaluated."
+    )
     return Section("Downstream axes at the compute-optimal checkpoints", [note, table])
 
 

@@ -27,32 +27,41 @@ class Pre:
 
 
 @dataclass
+class Bullets:
+    items: list[str]  # one paragraph each (Markdown **bold** and `code` allowed)
+
+
+@dataclass
 class Section:
     title: str
-    blocks: list = field(default_factory=list)  # str (a paragraph), Table, Image, Pre
+    blocks: list = field(default_factory=list)  # str (a paragraph), Bullets, Table, Image, Pre
 
 
 @dataclass
 class Document:
     title: str
-    summary: str
+    lead: list = field(default_factory=list)  # blocks under the title, before any section (the verdict)
     sections: list[Section] = field(default_factory=list)
 
     def markdown(self, base: Path) -> str:
         """Markdown with image links relative to ``base`` (the folder report.md is written to)."""
-        out = [f"# {self.title}", "", f"**{self.summary}**", ""]
-        for section in self.sections:
-            out += [f"## {section.title}", ""]
-            for block in section.blocks:
+        out = [f"# {self.title}", ""]
+        for title, blocks in [(None, self.lead), *((s.title, s.blocks) for s in self.sections)]:
+            if title is not None:
+                out += [f"## {title}", ""]
+            for block in blocks:
                 if isinstance(block, str):
                     out += [block, ""]
+                elif isinstance(block, Bullets):
+                    out += [f"- {item}" for item in block.items] + [""]
                 elif isinstance(block, Table):
-                    out.append("| " + " | ".join(block.header) + " |")
+                    out.append("| " + " | ".join(map(_cell, block.header)) + " |")
                     out.append("|" + "---|" * len(block.header))
-                    out += ["| " + " | ".join(row) + " |" for row in block.rows]
+                    out += ["| " + " | ".join(map(_cell, row)) + " |" for row in block.rows]
                     out.append("")
                 elif isinstance(block, Image):
-                    out += [f"![{block.caption}]({_relative(block.path, base)})", f"*{block.caption}*", ""]
+                    caption = block.caption.replace("*", "\\*")  # L*, N* must not end the italics
+                    out += [f"![{block.caption}]({_relative(block.path, base)})", f"*{caption}*", ""]
                 elif isinstance(block, Pre):
                     out += ["```", block.text.rstrip("\n"), "```", ""]
         return "\n".join(out)
@@ -60,12 +69,19 @@ class Document:
     def html(self) -> str:
         """One self-contained HTML page: every image is embedded, nothing is fetched."""
         esc = html.escape
-        body = [f"<h1>{esc(self.title)}</h1>", f'<p class="summary">{esc(self.summary)}</p>']
-        for section in self.sections:
-            body.append(f"<h2>{esc(section.title)}</h2>")
-            for block in section.blocks:
+        body = [f"<h1>{esc(self.title)}</h1>"]
+        for title, blocks in [(None, self.lead), *((s.title, s.blocks) for s in self.sections)]:
+            if title is None:
+                body.append('<div class="lead">')
+            else:
+                body.append(f"<h2>{esc(title)}</h2>")
+            for block in blocks:
                 if isinstance(block, str):
                     body.append(f"<p>{_inline(block)}</p>")
+                elif isinstance(block, Bullets):
+                    body.append(
+                        "<ul>" + "".join(f"<li>{_inline(item)}</li>" for item in block.items) + "</ul>"
+                    )
                 elif isinstance(block, Table):
                     head = "".join(f"<th>{esc(h)}</th>" for h in block.header)
                     rows = "".join(
@@ -80,6 +96,8 @@ class Document:
                     )
                 elif isinstance(block, Pre):
                     body.append(f"<pre>{esc(block.text)}</pre>")
+            if title is None:
+                body.append("</div>")
         return (
             '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f"<title>{esc(self.title)}</title><style>{_CSS}</style></head><body>\n"
@@ -91,9 +109,15 @@ class Document:
 _CSS = (
     "body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;line-height:1.45}"
     "table{border-collapse:collapse;margin:1rem 0}td,th{border:1px solid #bbb;padding:.25rem .6rem;"
-    "text-align:right}th{background:#f0f0f0}.summary{font-weight:bold;font-size:1.1rem}"
+    "text-align:right}th{background:#f0f0f0}"
+    ".lead{font-size:1.1rem;border-left:4px solid #888;padding-left:1rem}"
     "figure{margin:1rem 0}img{max-width:100%}pre{background:#f6f6f6;padding:.6rem;overflow-x:auto}"
 )
+
+
+def _cell(text: str) -> str:
+    """A Markdown table cell: a literal '|' must not end the cell."""
+    return str(text).replace("|", "\\|")
 
 
 def _inline(text: str) -> str:

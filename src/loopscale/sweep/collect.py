@@ -101,6 +101,41 @@ def _csv_value(value: object) -> object:
     return repr(value) if isinstance(value, float) and math.isfinite(value) else value
 
 
+_INT_COLUMNS = ("width", "r", "bptt_k", "seed", "n", "n_once", "n_rec", "flops_per_token", "steps", "tokens")
+_TEXT_COLUMNS = ("run", "group", "status", "reason", "recipe")
+
+
+def read_results(path: str | Path) -> list[dict]:
+    """Rows of a ``results.csv`` that ``collect`` wrote, typed as ``collect_rows`` returns them.
+
+    This is how a published results folder (sweep.yaml + results.csv, without the run folders) is reported.
+    """
+    path = Path(path)
+    try:
+        with open(path, newline="") as fh:
+            raw = list(csv.DictReader(fh))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise UserError(f"cannot read results table {path} ({exc})") from None
+    rows = []
+    for i, record in enumerate(raw, start=2):
+        row: dict = {}
+        try:
+            for key, value in record.items():
+                if key in _TEXT_COLUMNS:
+                    row[key] = value or None
+                elif key in _INT_COLUMNS:
+                    row[key] = int(float(value)) if value not in ("", None) else None
+                else:
+                    row[key] = float(value) if value not in ("", None) else math.nan
+        except (TypeError, ValueError):
+            raise UserError(f"{path}:{i}: column {key!r} holds {value!r}, not a number") from None
+        rows.append(row)
+    missing = [c for c in RESULT_COLUMNS if raw and c not in raw[0]]
+    if missing:
+        raise UserError(f"{path} is not a loopscale results table (missing {', '.join(missing)})")
+    return rows
+
+
 def collect(root: str | Path, out: str | Path | None = None) -> tuple[list[dict], Path, Path]:
     """collect_rows + write_results: the one entry point of ``loopscale collect``."""
     rows = collect_rows(root)

@@ -1,4 +1,4 @@
-"""The planner: a sweep spec → one row per run with the exact accounting (spec §3–§4).
+"""The planner: a sweep spec → one row per run with the exact accounting (method §3–§4).
 
 Counts, FLOPs/token and steps come from ``loopscale.paper.grid_runs`` (which uses ``loopscale.accounting``),
 so the plan is the same arithmetic the training run uses to set its step count. The wall-time column is an
@@ -40,7 +40,7 @@ PLAN_COLUMNS = (
 
 @dataclass(frozen=True)
 class PlannedRun:
-    """One run of a sweep. FLOPs are training FLOPs (spec §4.2); tokens = steps × batch_tokens."""
+    """One run of a sweep. FLOPs are training FLOPs (method §4.2); tokens = steps × batch_tokens."""
 
     name: str
     group: str
@@ -168,7 +168,7 @@ def check_runnable(spec: SweepSpec, runs: list[PlannedRun]) -> None:
             if cfg.data.path not in datasets:
                 datasets[cfg.data.path] = PackedDataset(cfg.data.path)
             plan = plan_run(cfg, datasets[cfg.data.path], world=spec.nproc)
-            peak_learning_rates(cfg.optim, cfg.model, cfg.batch_tokens, plan.tokens)
+            peak_learning_rates(cfg.optim, cfg.model, cfg.batch_tokens, plan.lr_tokens)
         except UserError as exc:
             raise UserError(f"run {run.name}: {exc}") from None
 
@@ -180,7 +180,7 @@ def check_runnable(spec: SweepSpec, runs: list[PlannedRun]) -> None:
 class ThroughputProbe:
     """Training throughput measured on this machine, in accounting FLOPs per second, per probed width."""
 
-    flops_per_s: dict[int, float]  # width → FLOPs/s of one run (spec §4.2 training FLOPs)
+    flops_per_s: dict[int, float]  # width → FLOPs/s of one run (method §4.2 training FLOPs)
     device: str
     threads: int  # CPU threads per run during the probe
     workers: int  # concurrent runs the estimate assumes
@@ -221,7 +221,7 @@ def measure_throughput(
 
     Probes up to three widths (smallest, middle, largest affordable); wider models are estimated at the
     widest probed width's rate (the printed probe widths show it). Returns None when even the narrowest
-    model is too expensive to probe here (e.g. the paper grid on a CPU). Units: accounting FLOPs (spec §4.2)
+    model is too expensive to probe here (e.g. the paper grid on a CPU). Units: accounting FLOPs (method §4.2)
     per second; excludes process start, compilation and the final evaluation.
     """
     import torch
@@ -229,7 +229,7 @@ def measure_throughput(
     from loopscale.config import from_dict
     from loopscale.model import LoopedGPT
     from loopscale.train.config import TrainConfig
-    from loopscale.train.optim import build_optimizers, peak_learning_rates
+    from loopscale.train.optim import build_optimizers, lr_data_tokens, peak_learning_rates
 
     by_width: dict[int, PlannedRun] = {}
     for run in runs:
@@ -257,12 +257,9 @@ def measure_throughput(
         )
         rows = max(1, min(cfg.batch_rows, int(max_probe_flops // (run.flops_per_token * run.model.seq_len))))
         model = LoopedGPT(run.model).to(device)
-        optimizers = build_optimizers(
-            model,
-            cfg.optim,
-            peak_learning_rates(cfg.optim, run.model, cfg.batch_tokens, run.tokens),
-            torch.device(device).type,
-        )
+        tokens = lr_data_tokens(cfg, run.flops_per_token)
+        lrs = peak_learning_rates(cfg.optim, run.model, cfg.batch_tokens, tokens)
+        optimizers = build_optimizers(model, cfg.optim, lrs, torch.device(device).type)
         idx = torch.randint(0, run.model.vocab_size, (rows, run.model.seq_len + 1), device=device)
         elapsed = 0.0
         for step in range(steps + 1):

@@ -1,4 +1,4 @@
-"""Named sweeps: the paper's grids (spec §5.2–§5.3) and two scaled-down grids for a 2-core CPU.
+"""Named sweeps: the paper's grids (method §5.2–§5.3) and two scaled-down grids for a 2-core CPU.
 
 ``paper`` is the exact 116-run main grid; ``paper-truncated-bptt`` and ``paper-hyperconnections`` are the
 case-study grids (r ∈ {2, 4, 8} at the four lower budgets) plus the 20 shared r = 1 anchor runs of the main
@@ -25,7 +25,7 @@ from loopscale.paper import (
 )
 from loopscale.sweep.spec import SweepSpec
 
-PAPER_WIDTH_UNIT = 64  # d = 64·s (spec §2.2)
+PAPER_WIDTH_UNIT = 64  # d = 64·s (method §2.2)
 
 
 def _grid(budget_scales: dict[float, tuple[int, ...]], width_unit: int = PAPER_WIDTH_UNIT) -> list[dict]:
@@ -33,7 +33,7 @@ def _grid(budget_scales: dict[float, tuple[int, ...]], width_unit: int = PAPER_W
 
 
 def _lower_four(grid: dict[float, tuple[int, ...]]) -> dict[float, tuple[int, ...]]:
-    """The main grid restricted to the case studies' budgets: the shared r = 1 anchor runs (spec §5.3)."""
+    """The main grid restricted to the case studies' budgets: the shared r = 1 anchor runs (method §5.3)."""
     return {c: grid[c] for c in sorted(grid)[:4]}
 
 
@@ -55,6 +55,17 @@ _CPU_TRAIN: dict[str, Any] = {
     "progress": False,
     "data": {"val_tokens": 32_768},
     "optim": {"ref_width": 24, "ref_batch_tokens": 1024},
+}
+
+# The laptop template: the cpu template's depth layout with head dim 16 (head dim 8 costs 20–25 % speed),
+# a 1,024-token BPE and T = 128, so the blocks that N counts, not the unembedding and attention, take most
+# of the FLOPs at the widths a 2-core budget can afford (pilot: docs/sweeps.md).
+_LAPTOP_MODEL = {"depth": 10, "prelude": 1, "coda": 1, "head_dim": 16, "vocab_size": 1024, "seq_len": 128}
+_LAPTOP_TRAIN: dict[str, Any] = {
+    "device": "cpu",
+    "progress": False,
+    "data": {"path": "data/packed/default-bpe1024-T128", "val_tokens": 131_072},
+    "optim": {"ref_width": 48, "ref_batch_tokens": 4096},
 }
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -106,6 +117,29 @@ PRESETS: dict[str, dict[str, Any]] = {
                     {"budget": 2e11, "widths": [8, 16, 24, 32]},
                     {"budget": 6.3e11, "widths": [8, 16, 24, 32]},
                     {"budget": 2e12, "widths": [16, 24, 32, 48]},
+                ],
+            }
+        ],
+    },
+    # The laptop grid (docs/sweeps.md): every iso-FLOP cell in the power-law regime below the bigram table,
+    # blocks > 50 % of the FLOPs at d ≥ 32 (V = 1,024, T = 128), head dim 16, 2,048-token batches, the
+    # largest run reading the 8.8M training tokens at most once; ≈ 2 h on 2 cores with 2 workers × 1 thread.
+    # The LR rules are re-anchored at d = 48, B = 4,096 and the base LRs carry the multiplier measured by
+    # `loopscale lr-sweep --preset laptop` (results/laptop/lr_calibration.json).
+    "laptop": {
+        "name": "laptop",
+        "batch_tokens": 2048,  # 16 rows × T = 128
+        "model": _LAPTOP_MODEL,
+        "train": _LAPTOP_TRAIN,
+        "groups": [
+            {
+                "name": "main",
+                "rs": list(RS),
+                "grid": [
+                    {"budget": 2.5e12, "widths": [16, 32, 48, 64]},
+                    {"budget": 4.3e12, "widths": [16, 32, 48, 64, 80]},
+                    {"budget": 7.3e12, "widths": [32, 48, 64, 80]},
+                    {"budget": 1.25e13, "widths": [32, 48, 64, 80, 96]},
                 ],
             }
         ],

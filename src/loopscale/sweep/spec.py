@@ -3,7 +3,7 @@
 A sweep is a set of *groups*; each group crosses its compute budgets (FLOPs) and widths (d_model) with its
 loop counts r. Every run of every group shares the sweep's architecture template (``model``) and training
 recipe (``train``); a group may change the template (e.g. ``injection: hyperconnect``) and its truncation
-window (``bptt``). Groups let one sweep hold a case study and its shared r = 1 anchor runs (spec §5.3).
+window (``bptt``). Groups let one sweep hold a case study and its shared r = 1 anchor runs (method §5.3).
 
 Example::
 
@@ -106,7 +106,7 @@ class RunGroup:
 class SweepSpec:
     """A whole sweep: groups of (budget, width, r) runs, one template, one recipe.
 
-    ``batch_tokens``: tokens per optimiser step B (steps = round(C / (F·B)), spec §4.4).
+    ``batch_tokens``: tokens per optimiser step B (steps = round(C / (F·B)), method §4.4).
     ``model``: ModelConfig keys shared by every run (not width or r).
     ``train``: TrainConfig keys shared by every run (data, optim, device, …), except the ones the sweep
     sets per run: model, budget, steps, batch_tokens, seed.

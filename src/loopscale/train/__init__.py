@@ -1,4 +1,4 @@
-"""Training (spec §7): MuonH + AdamW, LR transfer and schedule, the training loop, checkpoints.
+"""Training (method §7): MuonH + AdamW, LR transfer and schedule, the training loop, checkpoints.
 
 Public API::
 

@@ -2,7 +2,7 @@
 
 Every run is described by exactly one ``TrainConfig``, loaded from YAML and/or flags through
 ``loopscale.config.from_dict`` (unknown keys are refused) and written back, resolved, into the run folder.
-Defaults are the paper's recipe (spec §7); scaled-down recipes for small models are configuration only.
+Defaults are the paper's recipe (method §7); scaled-down recipes for small models are configuration only.
 """
 
 from __future__ import annotations
@@ -16,6 +16,10 @@ from loopscale.config import ModelConfig, from_dict, load_yaml
 from loopscale.errors import UserError
 
 RECIPES = ("muonh", "adamw")
+# How D_ref counts the looped reference (method §7.3): "released" at the training run's r, as the authors'
+# scripts/base_train.py does (what produced the published runs); "prose" at the reference's own r for
+# every r > 1, as the paper's text reads.
+D_REF_RULES = ("released", "prose")
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("auto", "fp32", "bf16")
 DEFAULT_DATASET = "data/packed/default-bpe4096-T256"  # what `loopscale data prepare` builds by default
@@ -43,12 +47,15 @@ class DataConfig:
 
 @dataclass
 class OptimConfig:
-    """Optimiser recipe, base learning rates and the LR transfer rules (spec §7.1–7.4).
+    """Optimiser recipe, base learning rates and the LR transfer rules (method §7.1–7.4).
 
     ``muonh``: MuonH for every 2-D block matrix and W_inj, AdamW for wte, lm_head, norm gains and HC scalars.
     ``adamw``: plain AdamW for every group; block matrices use ``adamw_matrix_lr`` (not in the paper).
     Learning rates: MuonH η = matrix_lr · (B/ref_batch_tokens)^batch_exponent · (D/D_ref)^(−data_exponent);
-    AdamW η = base · (d/ref_width)^(−width_exponent) · (B/ref_batch_tokens)^batch_exponent.
+    wte and lm_head η = base · (d/ref_width)^(−width_exponent) · (B/ref_batch_tokens)^batch_exponent; norm
+    gains and HC scalars get the width factor only (as the authors' released training script does).
+    D_ref = d_ref_tokens_per_param × (N_once + r·N_rec) of a reference model at width ref_width with linear
+    injection (ref_r_looped loops for looped runs, the plain model for r = 1); ``d_ref_rule`` picks the r.
     """
 
     recipe: str = "muonh"
@@ -65,7 +72,11 @@ class OptimConfig:
     polar_express_steps: int = 5  # Polar-Express orthogonalisation iterations (1..5)
     ref_width: int = 640  # d of the reference model (s = 10)
     ref_batch_tokens: int = 262_144  # 2^18
-    ref_r_looped: int = 4  # loop count of the reference for looped runs (r = 1 runs use r = 1)
+    ref_r_looped: int = 4  # loops of the looped reference, which fix its layout (paper: 2-4-2)
+    # "released": count the looped reference at the run's own r (paper template: D_ref = 606,380,800 /
+    # 1,016,083,200 / 1,835,488,000 tokens at r = 2 / 4 / 8); "prose": at ref_r_looped for every r > 1
+    # (1,016,083,200). r = 1 runs use the plain reference either way (983,315,200).
+    d_ref_rule: str = "released"
     width_exponent: float = 0.5
     batch_exponent: float = 0.558
     data_exponent: float = 0.32
@@ -88,6 +99,10 @@ class OptimConfig:
         if self.adam_eps <= 0 or self.ref_width <= 0 or self.ref_batch_tokens <= 0 or self.ref_r_looped < 2:
             raise UserError(
                 "optim: adam_eps, ref_width and ref_batch_tokens must be positive, ref_r_looped >= 2"
+            )
+        if self.d_ref_rule not in D_REF_RULES:
+            raise UserError(
+                f"optim.d_ref_rule must be one of {', '.join(D_REF_RULES)}, got {self.d_ref_rule!r}"
             )
         if self.d_ref is not None and self.d_ref <= 0:
             raise UserError(f"optim.d_ref must be a positive token count, got {self.d_ref:g}")

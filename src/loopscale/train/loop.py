@@ -1,8 +1,9 @@
-"""One training run to a FLOPs budget (spec §4.4, §6, §7): ``train(cfg, out_dir)`` → result.json contents.
+"""One training run to a FLOPs budget (method §4.4, §6, §7): ``train(cfg, out_dir)`` → result.json contents.
 
 What a run does, in order (nothing is written before every input has been checked):
 1. check the dataset (rows, tokenizer), the model/dataset match, the batch split and the validation size;
-2. steps = round(C / (F·B)) with the exact F of ``accounting`` (or ``cfg.steps``), D = steps·B tokens;
+2. steps = round(C / (F·B)) with the exact F of ``accounting`` (or ``cfg.steps``), D = steps·B tokens
+   (the LR data rule uses int(C / F), as the authors' script does);
 3. build the model (seeded), MuonH + AdamW with the transferred LRs, resume from the latest checkpoint;
 4. for each step: read the step's B/T rows in the fixed sequential order (strided across data-parallel
    ranks), accumulate gradients over micro-batches, average them across ranks, schedule the LR (no warmup,
@@ -42,6 +43,7 @@ from loopscale.train import checkpoint as ckpt
 from loopscale.train.config import TrainConfig
 from loopscale.train.optim import (
     build_optimizers,
+    lr_data_tokens,
     lr_multiplier,
     peak_learning_rates,
     reference_tokens,
@@ -89,6 +91,7 @@ class Plan:
 
     steps: int
     tokens: int  # D = steps · B
+    lr_tokens: int  # D of the MuonH data factor: int(C / F), or steps · B when steps are given
     flops_per_token: int
     rows_per_rank: int  # sequences per step on each rank
     micro_batch: int  # sequences per forward pass
@@ -158,6 +161,7 @@ def plan_run(cfg: TrainConfig, ds: PackedDataset, world: int = 1) -> Plan:
     return Plan(
         steps=steps,
         tokens=steps * cfg.batch_tokens,
+        lr_tokens=lr_data_tokens(cfg, f),
         flops_per_token=f,
         rows_per_rank=rows_per_rank,
         micro_batch=micro,
@@ -313,7 +317,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
     if latest is not None:
         ckpt.read_state(latest)  # a corrupt checkpoint is refused before anything is written
     counts = count_params(cfg.model)
-    peak_lrs = peak_learning_rates(cfg.optim, cfg.model, cfg.batch_tokens, plan.tokens)
+    peak_lrs = peak_learning_rates(cfg.optim, cfg.model, cfg.batch_tokens, plan.lr_tokens)
 
     torch.manual_seed(cfg.seed)
     model = LoopedGPT(cfg.model).to(rt.device)
@@ -339,6 +343,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
         "steps": plan.steps,
         "batch_tokens": cfg.batch_tokens,
         "d_ref": reference_tokens(cfg.model, cfg.optim),
+        "lr_tokens": plan.lr_tokens,
         "peak_lrs": peak_lrs,
         "val_tokens": plan.val_tokens,
         "train_epochs": plan.train_epochs,

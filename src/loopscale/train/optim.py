@@ -1,7 +1,7 @@
-"""MuonH + AdamW (spec §7.1–7.2), the LR transfer rules (§7.3) and the schedule (§7.4).
+"""MuonH + AdamW (method §7.1–7.2), the LR transfer rules (§7.3) and the schedule (§7.4).
 
 MuonH is Muon on the Frobenius sphere: for a matrix W with initial norm R = ‖W₀‖_F,
-Nesterov momentum (μ = 0.95) → Polar-Express orthogonalisation O → W′ = W − η·R·O/‖O‖_F →
+Nesterov momentum (μ = 0.95, EMA form) → Polar-Express orthogonalisation O → W′ = W − η·R·O/‖O‖_F →
 W ← R·W′/‖W′‖_F. No weight decay. Matrices of equal shape are stacked and orthogonalised together.
 
 Orthogonalisation precision: bf16 on CUDA (as in the paper), fp32 on CPU (bf16 matmuls are 2–3× slower
@@ -19,7 +19,7 @@ from torch import Tensor
 from loopscale.accounting import code_effective_params
 from loopscale.config import ModelConfig
 from loopscale.errors import UserError
-from loopscale.train.config import OptimConfig
+from loopscale.train.config import OptimConfig, TrainConfig
 
 # Polar Express (Amsel et al. 2025, arXiv 2505.16932), 5 iterations, safety factor 2e-2 (as used by
 # modded-nanogpt / nanochat): X ← a·X + (b·A + c·A²)·X with A = X·Xᵀ.
@@ -54,7 +54,12 @@ def polar_express(g: Tensor, steps: int = 5, dtype: torch.dtype | None = None) -
 
 
 class MuonH(torch.optim.Optimizer):
-    """Muon on the Frobenius sphere (MuonH) for 2-D weights; state: momentum buffer and radius R = ‖W₀‖_F."""
+    """Muon on the Frobenius sphere (MuonH) for 2-D weights; state: momentum buffer and radius R = ‖W₀‖_F.
+
+    Momentum is the EMA form of the authors' released optimiser (method §7.1): buf ← buf + (1 − μ)(g − buf),
+    update g + μ(buf − g) (Nesterov). The update is renormalised, so the momentum's scale would not matter but
+    for the fixed 1e-6 in ``polar_express``'s input scaling, which weighs differently at small gradient norms.
+    """
 
     def __init__(
         self,
@@ -86,8 +91,8 @@ class MuonH(torch.optim.Optimizer):
                         state["momentum_buffer"] = torch.zeros_like(p)
                         state["radius"] = p.detach().norm().to(torch.float32)
                     buf = state["momentum_buffer"]
-                    buf.mul_(mu).add_(p.grad)
-                    updates.append(p.grad.add(buf, alpha=mu))  # Nesterov
+                    buf.lerp_(p.grad, 1 - mu)  # EMA: μ·buf + (1 − μ)·g
+                    updates.append(p.grad.lerp(buf, mu))  # Nesterov: g + μ·(buf − g)
                     radii.append(state["radius"])
                 ortho = polar_express(torch.stack(updates), group["steps"], self.ortho_dtype)
                 radius = torch.stack(radii).to(ortho.dtype).view(-1, 1, 1)
@@ -101,14 +106,23 @@ class MuonH(torch.optim.Optimizer):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# LR transfer (spec §7.3) and schedule (§7.4)
+# LR transfer (method §7.3) and schedule (§7.4)
 # ----------------------------------------------------------------------------------------------------------
 
 
 def reference_model(model: ModelConfig, optim: OptimConfig) -> ModelConfig:
-    """The architecture-matched reference for D_ref: width ``optim.ref_width`` and r = ``optim.ref_r_looped``
-    for looped runs (r > 1), r = 1 for plain runs; every other architecture field as in ``model``."""
-    ref = replace(model, width=optim.ref_width, r=optim.ref_r_looped if model.r > 1 else 1, bptt_k=None)
+    """The reference architecture of the LR data rule (method §7.3), as the released training script has it.
+
+    Looped runs (r > 1, any injection, truncated or not): width ``optim.ref_width``, ``optim.ref_r_looped``
+    loops and always linear injection (the paper's s = 10 2-4-2 model). Plain runs (r = 1): the plain
+    ``depth``-layer model at ``optim.ref_width``. Depth, prelude, coda and head_dim follow ``model``, so
+    scaled-down templates get their own reference by the same rule.
+    """
+    if model.r > 1:
+        arch = {"r": optim.ref_r_looped, "injection": "linear"}
+    else:
+        arch = {"r": 1, "injection": "auto"}  # auto at r = 1: no prelude/coda, no injection
+    ref = replace(model, width=optim.ref_width, bptt_k=None, **arch)
     try:
         ref.layout()
     except UserError as exc:
@@ -119,17 +133,33 @@ def reference_model(model: ModelConfig, optim: OptimConfig) -> ModelConfig:
 
 
 def reference_tokens(model: ModelConfig, optim: OptimConfig) -> float:
-    """D_ref in tokens: ``optim.d_ref`` if set, else 10 × (N_once + r·N_rec) of the reference model.
+    """D_ref in tokens: ``optim.d_ref`` if set, else d_ref_tokens_per_param (10) × (N_once + r·N_rec) of
+    ``reference_model``, counted at the run's r (``d_ref_rule: released``, as the released script's
+    ``get_scaling_params(ref_model)`` does) or at the reference's own r (``prose``).
 
-    Paper template: 1,016,083,200 (looped, s = 10, r = 4) and 983,315,200 (r = 1) (spec §7.3, V4).
+    Paper template (method §7.3, V4): 606,380,800 (r = 2), 1,016,083,200 (r = 4), 1,835,488,000 (r = 8),
+    983,315,200 (r = 1); under "prose" every r > 1 gets 1,016,083,200.
     """
     if optim.d_ref is not None:
         return float(optim.d_ref)
-    return optim.d_ref_tokens_per_param * code_effective_params(reference_model(model, optim))
+    ref = reference_model(model, optim)
+    count_r = model.r if optim.d_ref_rule == "released" else ref.r
+    return optim.d_ref_tokens_per_param * code_effective_params(ref, r=count_r)
+
+
+def lr_data_tokens(cfg: TrainConfig, flops_per_token: int) -> int:
+    """D of the MuonH data factor, in tokens: int(C / F) for a FLOPs budget, steps·B when steps are given.
+
+    This is the released script's ``target_tokens``; with a budget it is C/F truncated, not the trained
+    steps·B (they differ by the rounding of steps, at most B/2 tokens; method §7.3).
+    """
+    if cfg.steps is not None:
+        return cfg.steps * cfg.batch_tokens
+    return int(cfg.budget / flops_per_token)
 
 
 def batch_factor(optim: OptimConfig, batch_tokens: int) -> float:
-    """(B / B_ref)^0.558, shared by every group."""
+    """(B / B_ref)^0.558: MuonH, wte and lm_head (not the norm gains or HC scalars)."""
     return (batch_tokens / optim.ref_batch_tokens) ** optim.batch_exponent
 
 
@@ -139,7 +169,7 @@ def width_factor(optim: OptimConfig, width: int) -> float:
 
 
 def muonh_lr(optim: OptimConfig, model: ModelConfig, batch_tokens: int, tokens: float) -> float:
-    """Peak MuonH LR: matrix_lr · (B/B_ref)^0.558 · (D/D_ref)^(−0.32), D = the run's training tokens."""
+    """Peak MuonH LR: matrix_lr · (B/B_ref)^0.558 · (D/D_ref)^(−0.32), D in tokens (``lr_data_tokens``)."""
     d_ref = reference_tokens(model, optim)
     return optim.matrix_lr * batch_factor(optim, batch_tokens) * (tokens / d_ref) ** (-optim.data_exponent)
 
@@ -147,11 +177,15 @@ def muonh_lr(optim: OptimConfig, model: ModelConfig, batch_tokens: int, tokens: 
 def peak_learning_rates(
     optim: OptimConfig, model: ModelConfig, batch_tokens: int, tokens: float
 ) -> dict[str, float]:
-    """Peak LR of every parameter group ("matrix", "embed", "unembed", "norm", "hc") after the transfer rules.
+    """Peak LR of every parameter group ("matrix", "embed", "unembed", "norm", "hc") after the transfer rules;
+    ``batch_tokens`` is B and ``tokens`` the data-rule D (``lr_data_tokens``), both in tokens.
 
-    Under the "adamw" recipe the matrix group follows the AdamW rules (width and batch, no data factor).
+    wte and lm_head get the width and batch factors; the norm gains and HC scalars the width factor only (the
+    released script passes its batch scale to the embedding and unembedding LRs alone; method §7.3). Under the
+    "adamw" recipe the matrix group follows the wte/lm_head rule (width and batch, no data factor).
     """
-    adam = width_factor(optim, model.width) * batch_factor(optim, batch_tokens)
+    width = width_factor(optim, model.width)
+    adam = width * batch_factor(optim, batch_tokens)
     if optim.recipe == "muonh":
         matrix = muonh_lr(optim, model, batch_tokens, tokens)
     else:
@@ -160,8 +194,8 @@ def peak_learning_rates(
         "matrix": matrix,
         "embed": optim.embed_lr * adam,
         "unembed": optim.unembed_lr * adam,
-        "norm": optim.norm_lr * adam,
-        "hc": optim.hc_lr * adam,
+        "norm": optim.norm_lr * width,
+        "hc": optim.hc_lr * width,
     }
 
 
