@@ -85,11 +85,17 @@ def law_loss(n_once: float, n_rec: float, r: int, tokens: float, coef: dict = LA
 
 
 def synthetic_sweep(
-    root: Path, preset_name: str = "demo", failed: str | None = None, axes: bool = False
+    root: Path,
+    preset_name: str = "demo",
+    failed: str | None = None,
+    axes: bool = False,
+    data: dict | None = None,
 ) -> list:
     """A finished sweep folder whose result.json losses follow LAW exactly (no training): sweep.yaml from
     the preset, one result.json per run; ``failed`` names a run recorded as diverged; ``axes`` adds an
-    eval.json with two axis losses per run."""
+    eval.json with two axis losses per run. ``data`` sets train.data (default: a dataset path that does
+    not exist, so the report's baselines do not depend on what this machine has built)."""
+    import dataclasses
     import json
 
     from loopscale.config import dump_yaml
@@ -97,6 +103,9 @@ def synthetic_sweep(
     from loopscale.sweep import plan_sweep, preset
 
     spec = preset(preset_name)
+    train = dict(spec.train)
+    train["data"] = {**(train.get("data") or {}), **(data or {"path": str(root / "no-dataset")})}
+    spec = dataclasses.replace(spec, train=train)
     atomic_write_text(root / "sweep.yaml", dump_yaml(spec))
     runs = plan_sweep(spec)
     for run in runs:

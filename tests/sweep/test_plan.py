@@ -263,7 +263,7 @@ def test_scaled_presets_are_iso_depth_grids(name):
 
 
 def test_laptop_preset_spends_its_flops_on_the_blocks_and_reads_each_token_once():
-    """The laptop design (docs/sweeps.md): at d ≥ 32 the blocks N counts take more than half the training FLOPs
+    """The laptop design (docs/sweeps.md): at d ≥ 32 the blocks N counts take over half the training FLOPs
     (6·(N_once + r·N_rec) of F, the rest is attention and the unembedding), and no run reads more tokens
     than the 8.84M-token training split of the bpe1024-T128 default dataset."""
     runs = plan_sweep(preset("laptop"))

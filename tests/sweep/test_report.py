@@ -124,8 +124,9 @@ def test_report_leads_with_the_verdict_and_bolds_an_identified_phi(reported):
     md = (root / "report" / "report.md").read_text()
     lead = _lead(md)
     assert lead[0] == f"**Verdict:** {fit['diagnostics']['verdict']}"
-    assert lead[1].startswith(f"**φ = {fit['fit']['phi']:.3f}**: bootstrap 95% CI [")
-    assert "profile-likelihood 95% interval [" in lead[1]  # the two intervals side by side
+    assert lead[1].startswith("Count-model baselines") and "not available" in lead[1]  # no dataset here
+    assert lead[2].startswith(f"**φ = {fit['fit']['phi']:.3f}**: bootstrap 95% CI [")
+    assert "profile-likelihood 95% interval [" in lead[2]  # the two intervals side by side
     assert any(
         p.startswith(f"R² = {fit['fit']['r2']:.4f} (raw losses, nats) beside the objective") for p in lead
     )
@@ -147,7 +148,7 @@ def test_unidentified_phi_is_flagged_never_bold_and_not_compared_with_the_paper(
     md = (root / "report" / "report.md").read_text()
     lead = _lead(md)
     assert lead[0] == f"**Verdict:** {diag['verdict']}" and "not identified" in lead[0]
-    assert lead[1].startswith(f"φ = {fit['fit']['phi']:.3f} (not identified): bootstrap 95% CI [")
+    assert lead[2].startswith(f"φ = {fit['fit']['phi']:.3f} (not identified): bootstrap 95% CI [")
     for reason in diag["reasons"]:
         assert f"- {reason}" in md
     assert not [span for span in _bold_spans(md) if "φ" in span and "=" in span]
@@ -311,3 +312,22 @@ def test_published_folder_reports_like_its_sweep(reported, tmp_path):
     md = (published / "report" / "report.md").read_text()
     original = (root / "report" / "report.md").read_text()
     assert md.count(f"| {FAILED} |") == original.count(f"| {FAILED} |") >= 1
+
+
+def test_report_states_the_count_baselines_beside_the_runs(tmp_path, tiny_dataset):
+    """With the sweep's dataset present, the lead gives its unigram/bigram loss on the runs' validation
+    tokens and how many runs beat the bigram table; fit.json records the numbers."""
+    from loopscale.data.baselines import dataset_baselines
+
+    root = tmp_path / "sweep"
+    runs = synthetic_sweep(root, "demo", data={"path": str(tiny_dataset), "val_tokens": 256})
+    assert main(["report", str(root), "--restarts", "20", "--bootstrap", "0"]) == 0
+    expected = dataset_baselines(tiny_dataset, 256)
+    doc = json.loads((root / "report" / "fit.json").read_text())
+    assert doc["baselines"]["values"] == expected.to_dict()
+    below = sum(law_loss(r.n_once, r.n_rec, r.r, r.tokens) < expected.bigram for r in runs)
+    lead = _lead((root / "report" / "report.md").read_text())
+    assert lead[1].startswith(
+        f"Baselines on the same 256 validation tokens: a unigram table scores {expected.unigram:.3f} nats"
+    )
+    assert f"{below} of {len(runs)} finished runs are below the bigram table" in lead[1]

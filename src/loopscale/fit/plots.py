@@ -44,14 +44,19 @@ def _save(fig, out_dir: Path, name: str) -> list[Path]:
     return paths
 
 
-def plot_protocol(protocol: Protocol, table: RunTable, out_dir: str | Path) -> list[Path]:
-    """Write the protocol's figures into ``out_dir`` and return their paths (PNG and SVG of each)."""
+def plot_protocol(
+    protocol: Protocol, table: RunTable, out_dir: str | Path, baselines: dict | None = None
+) -> list[Path]:
+    """Write the protocol's figures into ``out_dir`` and return their paths (PNG and SVG of each).
+
+    ``baselines`` ({"unigram": nats, "bigram": nats} on the runs' validation tokens) draws the bigram
+    table's loss on the loss-vs-size figures, so a reader sees whether the runs learned more than it."""
     import matplotlib.pyplot as plt
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
-    for name, fig in protocol_figures(protocol, table):
+    for name, fig in protocol_figures(protocol, table, baselines):
         try:
             paths += _save(fig, out_dir, name)
         finally:
@@ -160,7 +165,9 @@ def _r_colors(rs: list[int]) -> dict[int, tuple]:
 # --- figures ----------------------------------------------------------------------------------------------
 
 
-def protocol_figures(protocol: Protocol, table: RunTable) -> Iterator[tuple[str, object]]:
+def protocol_figures(
+    protocol: Protocol, table: RunTable, baselines: dict | None = None
+) -> Iterator[tuple[str, object]]:
     """Yield (name, open matplotlib Figure) for every figure the protocol supports, in ``FIGURES`` order.
 
     The caller closes each figure (``plot_protocol`` saves and closes it)."""
@@ -173,8 +180,8 @@ def protocol_figures(protocol: Protocol, table: RunTable) -> Iterator[tuple[str,
     minima = {(m["budget"], m["r"]): m for m in protocol.cell_minima}
     builders = (
         ("collapse", lambda: _collapse(protocol, table, rs, colors)),
-        ("loop_tax", lambda: _loop_tax(protocol, table, rs, colors, minima)),
-        ("isoflop", lambda: _isoflop(protocol, table, rs, minima)),
+        ("loop_tax", lambda: _loop_tax(protocol, table, rs, colors, minima, baselines)),
+        ("isoflop", lambda: _isoflop(protocol, table, rs, minima, baselines)),
         ("phi_profile", lambda: _phi_profile(protocol)),
         ("phi_bootstrap", lambda: _phi_bootstrap(protocol)),
         ("residuals", lambda: _residuals(protocol, table, rs, colors)),
@@ -277,7 +284,19 @@ def _side_legend(ax, extra=()) -> None:
     ax.legend(handles=[*handles, *extra], fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
 
-def _loop_tax(protocol: Protocol, table: RunTable, rs, colors, minima):
+def _baseline_line(ax, baselines: dict | None) -> None:
+    """The bigram table's validation loss as a dotted line (the unigram's in its label: it is far above)."""
+    if baselines:
+        ax.axhline(
+            baselines["bigram"],
+            ls=":",
+            lw=1.2,
+            color="0.35",
+            label=f"bigram table {baselines['bigram']:.2f} (unigram {baselines['unigram']:.2f})",
+        )
+
+
+def _loop_tax(protocol: Protocol, table: RunTable, rs, colors, minima, baselines=None):
     import matplotlib.pyplot as plt
 
     if not table.has_budget or protocol.fit.phi is None:
@@ -304,6 +323,7 @@ def _loop_tax(protocol: Protocol, table: RunTable, rs, colors, minima):
             if mask.sum() >= 3:
                 _parabola(ax, table, mask, m, colors[r])
         ax.set_title(f"C = {flops_label(c)} FLOPs", fontsize=10)
+        _baseline_line(ax, baselines)
         _log_axis(ax, "x")
         _linear_ticks(ax, "y")
         ax.set_xlabel("unique non-embedding parameters N")
@@ -315,7 +335,7 @@ def _loop_tax(protocol: Protocol, table: RunTable, rs, colors, minima):
     return fig
 
 
-def _isoflop(protocol: Protocol, table: RunTable, rs, minima):
+def _isoflop(protocol: Protocol, table: RunTable, rs, minima, baselines=None):
     import matplotlib.pyplot as plt
 
     fit = protocol.fit
@@ -340,6 +360,7 @@ def _isoflop(protocol: Protocol, table: RunTable, rs, minima):
                 ax.plot(*_law_along(fit, table, mask), color=shade, lw=1.2)
             if table.has_budget and mask.sum() >= 3:
                 _parabola(ax, table, mask, minima.get((c, r)), shade)
+        _baseline_line(ax, baselines)
         _log_axis(ax, "x")
         _linear_ticks(ax, "y")
         ax.set_title(f"r = {r}")

@@ -86,9 +86,15 @@ def build_report(
     skipped = list(table.skipped)
     summary = summary_line(doc, len(table), len(rows), skipped, spec.name)
 
-    plots = [p for p in plot_protocol(protocol, table, folder / "plots") if p.suffix == ".png"]
+    baselines = _baselines(spec)
+    figures = plot_protocol(protocol, table, folder / "plots", baselines["values"])
+    plots = [p for p in figures if p.suffix == ".png"]
     plots += _axis_plots(rows, folder / "plots")
-    report = Document(title=f"loopscale report: sweep {spec.name}", lead=_lead(doc, len(table), len(rows)))
+    doc["baselines"] = baselines
+    report = Document(
+        title=f"loopscale report: sweep {spec.name}",
+        lead=_lead(doc, len(table), len(rows), _baseline_statement(baselines, rows)),
+    )
     report.sections.append(_result_section(doc, table, template))
     report.sections.append(_fits_section(doc))
     report.sections.append(_frontier_section(doc))
@@ -177,9 +183,47 @@ def _quality_statement(doc) -> str:
     )
 
 
-def _lead(doc, fitted: int, planned: int) -> list:
+def _baselines(spec) -> dict:
+    """Unigram/bigram cross-entropy of the sweep's validation tokens, or why they are not available."""
+    from loopscale.data.baselines import dataset_baselines
+    from loopscale.data.dataset import PackedDataset
+    from loopscale.train.config import DEFAULT_DATASET
+
+    data = (spec.train or {}).get("data") or {}
+    path = data.get("path") or DEFAULT_DATASET
+    try:
+        ds = PackedDataset(path)
+        val_tokens = data.get("val_tokens") or ds.num_rows("val") * ds.seq_len
+        values = dataset_baselines(path, int(val_tokens))
+    except UserError as exc:
+        return {"values": None, "note": f"not available: {exc}"}
+    return {"values": values.to_dict(), "dataset": str(path), "note": None}
+
+
+def _baseline_statement(baselines: dict, rows: list[dict]) -> str:
+    values = baselines["values"]
+    if values is None:
+        return f"Count-model baselines (unigram / bigram loss of the validation tokens) {baselines['note']}"
+    losses = [row["loss"] for row in rows if row.get("status") == "ok" and math.isfinite(row["loss"])]
+    below = sum(loss < values["bigram"] for loss in losses)
+    return (
+        f"Baselines on the same {values['val_tokens']:,} validation tokens: a unigram table scores "
+        f"{values['unigram']:.3f} nats and a bigram table (Witten–Bell) {values['bigram']:.3f} nats; "
+        f"{below} of {len(losses)} finished runs are below the bigram table"
+        + (
+            "."
+            if below == len(losses)
+            else ": a run above it has learned less than token-pair statistics, so read φ with that in mind."
+        )
+    )
+
+
+def _lead(doc, fitted: int, planned: int, baseline: str | None = None) -> list:
     diag = doc["diagnostics"]
-    blocks: list = [f"**Verdict:** {diag['verdict']}", _phi_statement(doc)]
+    blocks: list = [f"**Verdict:** {diag['verdict']}"]
+    if baseline:  # right under the verdict: a φ measured on runs worse than a bigram table is about token
+        blocks.append(baseline)  # statistics, not language, whatever the fit says
+    blocks.append(_phi_statement(doc))
     if diag["phi_identified"] is False and diag["reasons"]:
         blocks += ["Why φ is not identified:", Bullets(list(diag["reasons"]))]
     blocks.append(_quality_statement(doc))
@@ -401,22 +445,31 @@ def _fits_section(doc) -> Section:
 
 
 def _frontier_section(doc) -> Section:
+    """The law's compute-optimal allocation per (budget, r). An optimum on the edge of the legal widths or
+    outside the widths the sweep ran is an extrapolation the runs cannot check: it is named, not numbered."""
     frontier = doc["compute_optimal"]
     if not frontier:
         return Section("Compute-optimal allocation", ["Not available: " + "; ".join(doc["notes"])])
     header = ["C (FLOPs)", "r", "width d*", "N* (unique)", "N_eff*", "D* (tokens)", "L* (nats)", "gap to r=1"]
     rows = []
+    unidentified_r = set()
     for r, entry in frontier["per_r"].items():
         gaps = entry.get("gap_to_r1") or [math.nan] * len(entry["rows"])
         for row, gap in zip(entry["rows"], gaps):
-            edge = " (edge)" if row["at_edge"] else ""
-            if row.get("within_widths_run") is False:  # newer protocol documents say so per row
-                edge += " (outside the widths run)"
+            why = []
+            if row["at_edge"]:
+                why.append(f"at the edge of the legal widths (d = {row['width']:.0f})")
+            if row.get("within_widths_run") is False:
+                why.append(f"outside the widths run (d = {row['width']:.0f})")
+            head = [f"{row['budget']:.3g}", r]
+            if why:
+                unidentified_r.add(r)
+                rows.append([*head, "not identified: " + ", ".join(why), "–", "–", "–", "–", "–"])
+                continue
             rows.append(
                 [
-                    f"{row['budget']:.3g}",
-                    r,
-                    f"{row['width']:.0f}{edge}",
+                    *head,
+                    f"{row['width']:.0f}",
                     _m(row["n"]),
                     _m(row["n_eff"]),
                     _m(row["tokens"]),
@@ -428,12 +481,18 @@ def _frontier_section(doc) -> Section:
     exps = "; ".join(
         f"r = {r}: N* ∝ C^{e['a_N']:.2f}, D* ∝ C^{e['a_D']:.2f}"
         for r, e in frontier["per_r"].items()
-        if "a_N" in e
+        if "a_N" in e and r not in unidentified_r
     )
-    return Section(
-        "Compute-optimal allocation (fitted joint law, exact FLOPs over continuous width)",
-        [Table(header, rows), exps + "." if exps else ""],
-    )
+    blocks: list = [Table(header, rows)]
+    if exps:
+        blocks.append(exps + ".")
+    if unidentified_r:
+        blocks.append(
+            "Rows marked not identified put the law's optimum where no run was made; their numbers and the "
+            f"scaling exponents of r = {', '.join(sorted(unidentified_r, key=int))} would be extrapolations, "
+            "so they are not printed."
+        )
+    return Section("Compute-optimal allocation (fitted joint law, exact FLOPs over continuous width)", blocks)
 
 
 def _minima_section(doc) -> Section:

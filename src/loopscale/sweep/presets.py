@@ -65,7 +65,18 @@ _LAPTOP_TRAIN: dict[str, Any] = {
     "device": "cpu",
     "progress": False,
     "data": {"path": "data/packed/default-bpe1024-T128", "val_tokens": 131_072},
-    "optim": {"ref_width": 48, "ref_batch_tokens": 4096},
+    # `loopscale lr-sweep --preset laptop --budget 4.3e12 --widths 32 64 --rs 1 4 --multipliers 1 2 4 8`
+    # (results/laptop-lr/lr_calibration.json): shared multiplier 2.5 on every base LR, bracketed, regret
+    # ≤ 0.007 nats for each (width, r) against its own best multiplier.
+    "optim": {
+        "ref_width": 48,
+        "ref_batch_tokens": 4096,
+        "matrix_lr": 0.035,
+        "embed_lr": 0.75,
+        "unembed_lr": 0.01,
+        "norm_lr": 0.0125,
+        "hc_lr": 0.025,
+    },
 }
 
 PRESETS: dict[str, dict[str, Any]] = {
