@@ -11,6 +11,7 @@ import copy
 import csv
 import io
 import json
+import math
 import re
 
 import numpy as np
@@ -331,3 +332,27 @@ def test_report_states_the_count_baselines_beside_the_runs(tmp_path, tiny_datase
         f"Baselines on the same 256 validation tokens: a unigram table scores {expected.unigram:.3f} nats"
     )
     assert f"{below} of {len(runs)} finished runs are below the bigram table" in lead[1]
+
+
+def test_machine_use_takes_the_union_of_run_spans_and_the_overhead():
+    from loopscale.report.build import machine_use
+
+    def row(start, end, wall, train, flops=1e9, tokens=1000):
+        return {
+            "status": "ok",
+            "started_at": start,
+            "finished_at": end,
+            "wall_time_s": wall,
+            "train_time_s": train,
+            "flops_per_token": flops,
+            "tokens": tokens,
+        }
+
+    rows = [row(0, 10, 10, 9), row(5, 20, 15, 12), row(30, 40, 10, 9), {"status": "failed"}]
+    use = machine_use(rows, peak_flops=1e12)
+    assert use["busy_wall_s"] == 30  # [0, 20] ∪ [30, 40]
+    assert use["flops"] == 3e12 and use["achieved_flops_per_s"] == pytest.approx(1e11)
+    assert use["utilisation"] == pytest.approx(0.1)
+    assert use["overhead_share"] == pytest.approx(1 - 30 / 35)
+    untimed = machine_use([{**r, "started_at": math.nan} for r in rows[:3]], peak_flops=1e12)
+    assert untimed["utilisation"] is None and untimed["overhead_share"] == pytest.approx(1 - 30 / 35)

@@ -200,9 +200,26 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     statuses = run_sweep(
         spec, args.out, executor=args.executor, workers=args.workers, threads=args.threads, slurm=slurm
     )
-    _, csv_path, _ = collect(args.out)
+    rows, csv_path, _ = collect(args.out)
     print(f"results: {csv_path}")
+    print(_machine_line(rows))
     return _exit_code(statuses)
+
+
+def _machine_line(rows: list[dict]) -> str:
+    """One line on how the sweep used the machine (report/build.py ``machine_use``)."""
+    from loopscale.report.build import machine_use
+
+    use = machine_use(rows)
+    if use["utilisation"] is None:
+        return f"machine use: {use['runs']} finished runs, {use['flops']:.3g} training FLOPs (no run timings)"
+    share = use["overhead_share"]
+    overhead = "" if share is None else f"; per-run overhead {100 * share:.1f}%"
+    return (
+        f"machine use: {use['flops']:.3g} training FLOPs in {use['busy_wall_s'] / 3600:.2f} h busy wall = "
+        f"{use['achieved_flops_per_s'] / 1e9:.1f} GFLOP/s, {100 * use['utilisation']:.1f}% of the fp32 "
+        f"matmul peak measured now ({use['peak_flops_per_s'] / 1e9:.0f} GFLOP/s){overhead}"
+    )
 
 
 def cmd_lr_sweep(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ residuals, frontier, axes). Losses are in nats, compute in training FLOPs, D in 
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,8 +62,12 @@ def build_report(
     restarts: int = 500,
     bootstrap: int = 200,
     seed: int = 0,
+    peak_flops: float | None = None,
 ) -> Report:
-    """Collect ``sweep_dir``, run the fitting protocol, write the report folder (default SWEEP_DIR/report)."""
+    """Collect ``sweep_dir``, run the fitting protocol, write the report folder (default SWEEP_DIR/report).
+
+    ``peak_flops``: the machine's fp32 matmul peak (FLOP/s, all cores) for the utilisation line; None
+    measures it now, on this machine (say so when the sweep ran elsewhere)."""
     sweep_dir = Path(sweep_dir)
     folder = Path(out) if out is not None else sweep_dir / "report"
     spec, runs = open_sweep(sweep_dir)
@@ -102,6 +107,8 @@ def build_report(
     axes_section = _axes_section(rows)
     if axes_section is not None:
         report.sections.append(axes_section)
+    doc["machine_use"] = machine_use(rows, peak_flops)
+    report.sections.append(_machine_section(doc["machine_use"]))
     report.sections.append(_runs_section(rows, skipped, doc["fit"]))
     report.sections.append(Section("Figures", [Image(p, _caption(p)) for p in plots]))
     report.sections.append(Section("Full fit output", [Pre(protocol.format())]))
@@ -181,6 +188,82 @@ def _quality_statement(doc) -> str:
         f"{fit['objective']:.3e} (summed Huber, δ = {doc['settings']['huber_delta']:g}, on log loss). "
         + doc["diagnostics"]["objective_note"]
     )
+
+
+def _union_seconds(spans: list[tuple[float, float]]) -> float:
+    """Length of the union of [start, end] intervals (seconds)."""
+    total, end = 0.0, -math.inf
+    for a, b in sorted(spans):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+def machine_use(rows: list[dict], peak_flops: float | None = None) -> dict:
+    """How well the sweep used the machine: training FLOPs of the finished runs over their busy wall time
+    (the union of the runs' process spans, which overlap when several workers run) against the machine's
+    measured fp32 matmul peak, and the per-run overhead (process wall − training-loop time)."""
+    ok = [r for r in rows if r.get("status") == "ok"]
+    timed = [
+        r
+        for r in ok
+        if math.isfinite(r.get("started_at", math.nan)) and math.isfinite(r.get("finished_at", math.nan))
+    ]
+    walls = [r["wall_time_s"] for r in ok if math.isfinite(r.get("wall_time_s", math.nan))]
+    trains = [r.get("train_time_s", math.nan) for r in ok if math.isfinite(r.get("wall_time_s", math.nan))]
+    out: dict = {
+        "runs": len(ok),
+        "flops": float(sum(r["flops_per_token"] * r["tokens"] for r in ok)),
+        "sum_run_wall_s": float(sum(walls)),
+        "overhead_share": None,
+        "timed_runs": len(timed),
+        "busy_wall_s": None,
+        "achieved_flops_per_s": None,
+        "peak_flops_per_s": None,
+        "utilisation": None,
+    }
+    if walls and all(math.isfinite(t) for t in trains):
+        out["overhead_share"] = float(1 - sum(trains) / sum(walls))
+    if timed:
+        busy = _union_seconds([(r["started_at"], r["finished_at"]) for r in timed])
+        flops = sum(r["flops_per_token"] * r["tokens"] for r in timed)
+        out["busy_wall_s"] = busy
+        out["achieved_flops_per_s"] = flops / busy if busy > 0 else None
+        if out["achieved_flops_per_s"]:
+            if peak_flops is None:
+                import torch
+
+                from loopscale.train.perf import measure_matmul_peak
+
+                torch.set_num_threads(os.cpu_count() or 1)
+                peak_flops = measure_matmul_peak("cpu", "float32")
+            out["peak_flops_per_s"] = float(peak_flops)
+            out["utilisation"] = out["achieved_flops_per_s"] / peak_flops
+    return out
+
+
+def _machine_section(use: dict) -> Section:
+    lines = [
+        f"{use['runs']} finished runs, {use['flops']:.3g} training FLOPs, "
+        f"{use['sum_run_wall_s'] / 3600:.2f} h of run processes (summed over runs)."
+    ]
+    if use["overhead_share"] is not None:
+        lines.append(
+            f"Per-run overhead (process start, dataset, model build, final evaluation, writes): "
+            f"{100 * use['overhead_share']:.1f}% of the run processes' time."
+        )
+    if use["utilisation"] is not None:
+        lines.append(
+            f"Busy wall time {use['busy_wall_s'] / 3600:.2f} h over {use['timed_runs']} timed runs: "
+            f"{use['achieved_flops_per_s'] / 1e9:.1f} GFLOP/s = {100 * use['utilisation']:.1f}% of the "
+            f"fp32 matmul peak measured on the reporting machine ({use['peak_flops_per_s'] / 1e9:.0f} "
+            "GFLOP/s, all cores)."
+        )
+    else:
+        lines.append("Sweep utilisation: not available (the runs carry no start and finish times).")
+    return Section("Machine use", lines)
 
 
 def _baselines(spec) -> dict:

@@ -27,6 +27,9 @@ RESULT_COLUMNS = tuple(c for c in PLAN_COLUMNS if c != "total_flops") + (
     "reason",
     "recipe",
     "wall_time_s",
+    "train_time_s",
+    "started_at",
+    "finished_at",
 )
 EVAL_FILE = "eval.json"
 
@@ -64,7 +67,10 @@ def collect_rows(root: str | Path) -> list[dict]:
             status=state.status,
             reason=state.reason,
             recipe=str((run_train_config(spec, run).get("optim") or {}).get("recipe", OptimConfig.recipe)),
-            wall_time_s=float(result["wall_time_s"]) if result.get("wall_time_s") is not None else math.nan,
+            **{
+                key: float(result[key]) if result.get(key) is not None else math.nan
+                for key in ("wall_time_s", "train_time_s", "started_at", "finished_at")
+            },
         )
         if state.status == "ok" and not math.isfinite(row["loss"]):
             row.update(status="failed", reason=f"result.json reports a non-finite val_loss ({loss})")
@@ -130,7 +136,8 @@ def read_results(path: str | Path) -> list[dict]:
         except (TypeError, ValueError):
             raise UserError(f"{path}:{i}: column {key!r} holds {value!r}, not a number") from None
         rows.append(row)
-    missing = [c for c in RESULT_COLUMNS if raw and c not in raw[0]]
+    optional = ("train_time_s", "started_at", "finished_at")  # tables written before these columns existed
+    missing = [c for c in RESULT_COLUMNS if raw and c not in raw[0] and c not in optional]
     if missing:
         raise UserError(f"{path} is not a loopscale results table (missing {', '.join(missing)})")
     return rows

@@ -302,6 +302,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = True) -> dict[st
 
 def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[str, Any]:
     started = time.perf_counter()
+    started_at = time.time()  # wall clock (unix seconds) of this process's start: sweep-level utilisation
     ds = PackedDataset(cfg.data.path)
     plan = plan_run(cfg, ds, rt.world)
     if plan.train_epochs > 1 and rt.is_main:
@@ -371,6 +372,10 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
             if tokens_per_s and peak
             else None,
             "peak_flops": peak,
+            # this process's span in unix seconds (a resumed run: the last process only); the sweep report
+            # takes the union of its runs' spans as the sweep's busy wall time
+            "started_at": started_at,
+            "finished_at": time.time(),
         }
         if rt.is_main:
             atomic_write_json(run_dir / "result.json", result)
