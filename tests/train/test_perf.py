@@ -12,20 +12,34 @@ from loopscale.train import perf
 torch.set_num_threads(1)
 
 
-def test_peak_flops_is_measured_once_and_cached(tmp_path, monkeypatch):
+def test_peak_flops_is_cached_keeps_the_best_and_refreshes_when_stale(tmp_path, monkeypatch):
     monkeypatch.setenv(perf.CACHE_ENV, str(tmp_path))
+    probes = iter([0.9e11, 1.25e11, 1.1e11])  # the first probe ran under load
     calls = []
 
     def fake_probe(device, dtype_name):
         calls.append((device, dtype_name))
-        return 1.25e11
+        return next(probes)
 
     monkeypatch.setattr(perf, "measure_matmul_peak", fake_probe)
-    assert perf.peak_flops("cpu", "float32") == 1.25e11
-    assert perf.peak_flops("cpu", "float32") == 1.25e11
-    assert calls == [("cpu", "float32")]
+    assert perf.peak_flops("cpu", "float32", now=0.0) == 0.9e11
+    assert perf.peak_flops("cpu", "float32", now=perf.PEAK_MAX_AGE_S) == 0.9e11  # fresh: cached
+    assert len(calls) == 1
+    assert perf.peak_flops("cpu", "float32", now=perf.PEAK_MAX_AGE_S + 1) == 1.25e11  # stale: re-measured
+    later = 2 * perf.PEAK_MAX_AGE_S + 2
+    assert perf.peak_flops("cpu", "float32", now=later) == 1.25e11  # a lower probe never lowers the peak
+    assert len(calls) == 3
     table = json.loads((tmp_path / "peak_flops.json").read_text())
-    assert list(table.values()) == [1.25e11] and "float32" in next(iter(table))
+    (key, entry), = table.items()
+    assert "float32" in key and entry == {"flops": 1.25e11, "measured_at": later}
+
+
+def test_an_old_bare_number_cache_is_measured_again(tmp_path, monkeypatch):
+    monkeypatch.setenv(perf.CACHE_ENV, str(tmp_path))
+    key = f"cpu|{perf.os.cpu_count()}cpus|{torch.get_num_threads()}threads|float32"
+    (tmp_path / "peak_flops.json").write_text(json.dumps({key: 9.4e10}))
+    monkeypatch.setattr(perf, "measure_matmul_peak", lambda device, dtype_name: 2.0e11)
+    assert perf.peak_flops("cpu", "float32") == 2.0e11
 
 
 def test_matmul_probe_counts_two_n_cubed_flops(monkeypatch):

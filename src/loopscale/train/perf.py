@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -53,8 +54,16 @@ def measure_matmul_peak(
     return 2 * n**3 / best
 
 
-def peak_flops(device: str, dtype_name: str) -> float:
-    """The matmul peak FLOP/s of this machine (measured once, cached per device/dtype/thread count)."""
+PEAK_MAX_AGE_S = 24 * 3600  # a cached peak older than this is measured again
+
+
+def peak_flops(device: str, dtype_name: str, now: float | None = None) -> float:
+    """The matmul peak FLOP/s of this machine, cached per device/dtype/thread count.
+
+    A probe taken while other jobs load the machine reads low, and a low peak inflates every MFU after it.
+    So the cache keeps the best value seen and re-measures once its last measurement is older than
+    ``PEAK_MAX_AGE_S``: load can only lower a measurement, never raise it.
+    """
     import torch
 
     if device.startswith("cuda"):
@@ -62,14 +71,19 @@ def peak_flops(device: str, dtype_name: str) -> float:
     else:
         key = f"cpu|{os.cpu_count()}cpus|{torch.get_num_threads()}threads|{dtype_name}"
     cache = Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "loopscale")) / "peak_flops.json"
+    now = time.time() if now is None else now
     try:
         table = json.loads(cache.read_text())
     except (OSError, ValueError):
         table = {}
-    if key not in table:
-        table[key] = measure_matmul_peak(device, dtype_name)
+    entry = table.get(key)
+    if not isinstance(entry, dict):  # absent, or a bare number from an older cache: measure again
+        entry = {"flops": float(entry) if isinstance(entry, (int, float)) else 0.0, "measured_at": -math.inf}
+    if now - entry["measured_at"] > PEAK_MAX_AGE_S or entry["flops"] <= 0:
+        entry = {"flops": max(entry["flops"], measure_matmul_peak(device, dtype_name)), "measured_at": now}
+        table[key] = entry
         try:
             atomic_write_json(cache, table)
         except OSError:
             pass  # a read-only home only costs a re-measurement next time
-    return float(table[key])
+    return float(entry["flops"])

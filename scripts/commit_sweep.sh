@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Commit a sweep's progress so a session that ends (or a machine that is lost) costs nothing finished:
+# sweep.yaml, every run's run.yaml, and for FINISHED runs only (result.json present) their config.yaml,
+# result.json, metrics.jsonl and train.log. Unfinished runs' partial files and all weights/checkpoints stay
+# out (see .gitignore); only paths under SWEEP_DIR are committed, whatever else is staged.
+# Usage: scripts/commit_sweep.sh SWEEP_DIR [MESSAGE]
+set -euo pipefail
+dir=${1:?usage: scripts/commit_sweep.sh SWEEP_DIR [MESSAGE]}
+[ -f "$dir/sweep.yaml" ] || { echo "commit_sweep: $dir is not a sweep folder (no sweep.yaml)" >&2; exit 2; }
+paths=("$dir/sweep.yaml")
+[ -f "$dir/results.csv" ] && paths+=("$dir/results.csv")
+done_runs=0
+for run in "$dir"/runs/*/; do
+  paths+=("${run}run.yaml")
+  if [ -f "${run}result.json" ]; then
+    done_runs=$((done_runs + 1))
+    for f in config.yaml result.json metrics.jsonl train.log; do
+      [ -f "$run$f" ] && paths+=("$run$f")
+    done
+  else  # an unfinished run: keep its partial files out of history
+    git rm -q --cached --ignore-unmatch "${run}config.yaml" "${run}metrics.jsonl" "${run}train.log" >/dev/null
+  fi
+done
+git add -- "${paths[@]}"
+if git diff --cached --quiet -- "$dir"; then
+  echo "commit_sweep: nothing new in $dir"
+  exit 0
+fi
+git commit -q -m "${2:-Sweep progress: $dir, $done_runs finished runs}" -- "$dir"
+echo "commit_sweep: committed $dir ($done_runs finished runs)"
