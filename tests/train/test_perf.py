@@ -29,17 +29,20 @@ def test_peak_flops_is_cached_keeps_the_best_and_refreshes_when_stale(tmp_path, 
     later = 2 * perf.PEAK_MAX_AGE_S + 2
     assert perf.peak_flops("cpu", "float32", now=later) == 1.25e11  # a lower probe never lowers the peak
     assert len(calls) == 3
-    table = json.loads((tmp_path / "peak_flops.json").read_text())
+    table = json.loads((tmp_path / perf.PEAK_CACHE_FILE).read_text())
     (key, entry), = table.items()
     assert "float32" in key and entry == {"flops": 1.25e11, "measured_at": later}
 
 
-def test_an_old_bare_number_cache_is_measured_again(tmp_path, monkeypatch):
+def test_an_unreadable_entry_is_measured_again_and_the_old_cache_file_is_left_alone(tmp_path, monkeypatch):
     monkeypatch.setenv(perf.CACHE_ENV, str(tmp_path))
     key = f"cpu|{perf.os.cpu_count()}cpus|{torch.get_num_threads()}threads|float32"
-    (tmp_path / "peak_flops.json").write_text(json.dumps({key: 9.4e10}))
+    (tmp_path / perf.PEAK_CACHE_FILE).write_text(json.dumps({key: 9.4e10}))
+    old = tmp_path / "peak_flops.json"  # what older loopscale versions read (bare numbers)
+    old.write_text(json.dumps({key: 9.4e10}))
     monkeypatch.setattr(perf, "measure_matmul_peak", lambda device, dtype_name: 2.0e11)
     assert perf.peak_flops("cpu", "float32") == 2.0e11
+    assert json.loads(old.read_text()) == {key: 9.4e10}
 
 
 def test_matmul_probe_counts_two_n_cubed_flops(monkeypatch):

@@ -55,6 +55,7 @@ def measure_matmul_peak(
 
 
 PEAK_MAX_AGE_S = 24 * 3600  # a cached peak older than this is measured again
+PEAK_CACHE_FILE = "peak_flops_v2.json"
 
 
 def peak_flops(device: str, dtype_name: str, now: float | None = None) -> float:
@@ -70,15 +71,18 @@ def peak_flops(device: str, dtype_name: str, now: float | None = None) -> float:
         key = f"{torch.cuda.get_device_name(device)}|{dtype_name}"
     else:
         key = f"cpu|{os.cpu_count()}cpus|{torch.get_num_threads()}threads|{dtype_name}"
-    cache = Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "loopscale")) / "peak_flops.json"
+    # v2 entries are {"flops", "measured_at"}; a new file name, because loopscale versions that read bare
+    # numbers from peak_flops.json may share this cache folder (a sweep running an older checkout crashed
+    # on the new format)
+    cache = Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "loopscale")) / PEAK_CACHE_FILE
     now = time.time() if now is None else now
     try:
         table = json.loads(cache.read_text())
     except (OSError, ValueError):
         table = {}
     entry = table.get(key)
-    if not isinstance(entry, dict):  # absent, or a bare number from an older cache: measure again
-        entry = {"flops": float(entry) if isinstance(entry, (int, float)) else 0.0, "measured_at": -math.inf}
+    if not isinstance(entry, dict) or not isinstance(entry.get("flops"), (int, float)):
+        entry = {"flops": 0.0, "measured_at": -math.inf}  # absent or unreadable: measure
     if now - entry["measured_at"] > PEAK_MAX_AGE_S or entry["flops"] <= 0:
         entry = {"flops": max(entry["flops"], measure_matmul_peak(device, dtype_name)), "measured_at": now}
         table[key] = entry
