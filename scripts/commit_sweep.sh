@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Commit a sweep's progress so a session that ends (or a machine that is lost) costs nothing finished:
-# sweep.yaml, every run's run.yaml, and for FINISHED runs only (result.json present) their config.yaml,
-# result.json, metrics.jsonl and train.log. Unfinished runs' partial files and all weights/checkpoints stay
-# out (see .gitignore); only paths under SWEEP_DIR are committed, whatever else is staged.
+# sweep.yaml, executor.json (thread policy), every run's run.yaml, and for FINISHED runs only (result.json
+# present) their config.yaml, result.json, metrics.jsonl and train.log. Unfinished runs' partial files and
+# all weights/checkpoints stay out (see .gitignore); only paths under SWEEP_DIR are committed, whatever else
+# is staged.
 # Usage: scripts/commit_sweep.sh SWEEP_DIR [MESSAGE]
 set -euo pipefail
 dir=${1:?usage: scripts/commit_sweep.sh SWEEP_DIR [MESSAGE]}
 [ -f "$dir/sweep.yaml" ] || { echo "commit_sweep: $dir is not a sweep folder (no sweep.yaml)" >&2; exit 2; }
 paths=("$dir/sweep.yaml")
 [ -f "$dir/results.csv" ] && paths+=("$dir/results.csv")
+[ -f "$dir/executor.json" ] && paths+=("$dir/executor.json")  # the thread policy a bare resume reuses
 done_runs=0
 for run in "$dir"/runs/*/; do
   paths+=("${run}run.yaml")

@@ -126,10 +126,14 @@ def to_dict(obj: Any) -> Any:
 def load_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping; a missing file or malformed YAML is a one-line UserError."""
     path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path} is a folder, not a YAML file")
     if not path.is_file():
         raise UserError(f"config file not found: {path}")
     try:
         data = yaml.safe_load(path.read_text())
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a text file (invalid UTF-8)") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""

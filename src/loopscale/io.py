@@ -7,6 +7,7 @@ half-written file.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable
@@ -54,7 +55,22 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
-    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+    """Strict JSON: a non-finite float (a diverged loss) is written as null, never as a bare NaN/Infinity
+    that strict readers reject; the document says why in its own fields (e.g. ``reason``)."""
+    text = json.dumps(_finite(obj), indent=2, sort_keys=False, default=_json_default, allow_nan=False)
+    return atomic_write_text(path, text + "\n")
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {key: _finite(value) for key, value in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(value) for value in obj]
+    if hasattr(obj, "tolist") and not isinstance(obj, str):
+        return _finite(obj.tolist())
+    return obj
 
 
 def _json_default(obj: Any) -> Any:
@@ -64,3 +80,36 @@ def _json_default(obj: Any) -> Any:
     if isinstance(obj, Path):
         return str(obj)
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def check_output(path: str | os.PathLike, flag: str, *, folder: bool, deep: bool = False) -> Path:
+    """Refuse an output path that cannot be written, before any work is done (one-line ``UserError``).
+
+    ``folder``: the path is (or will be) a folder that the command writes into; otherwise a file. Checks that
+    the path has the right kind when it exists, that no ancestor is a regular file, and that the nearest
+    existing folder (the path itself for an existing output folder) is writable; ``deep``: every folder
+    inside an existing output folder too (a run or sweep folder whose files are rewritten on resume).
+    """
+    from loopscale.errors import UserError
+
+    path = Path(path)
+    if folder and path.exists() and not path.is_dir():
+        raise UserError(f"{flag} {path}: exists and is not a folder; give a folder")
+    if not folder and path.is_dir():
+        raise UserError(f"{flag} {path}: is a folder; give a file path")
+    existing = path if folder and path.is_dir() else None
+    if existing is None:
+        for parent in path.absolute().parents:
+            if parent.exists():
+                if not parent.is_dir():
+                    raise UserError(f"{flag} {path}: {parent} is a file, not a folder")
+                existing = parent
+                break
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {path}: cannot write into {existing} (permission denied)")
+    if deep and folder and path.is_dir():
+        # Files already inside (a resumed run or sweep) are rewritten too: their folders must be writable.
+        for sub in path.rglob("*"):
+            if sub.is_dir() and not os.access(sub, os.W_OK | os.X_OK):
+                raise UserError(f"{flag} {path}: cannot write into {sub} (permission denied)")
+    return path

@@ -10,18 +10,30 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 
+from loopscale import __version__
 from loopscale.errors import UserError
 
 # Modules under loopscale.cli, each with register(subparsers); their order is the --help order.
 AREAS = ("describe", "data", "train", "sweep", "fit", "eval")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line on stderr and exit code 2 (no usage block).
+
+    Subparsers inherit the class (argparse creates them with ``type(parent)``)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="loopscale",
         description="How much is one recurrence worth? Train looped LMs, run iso-depth sweeps, fit phi.",
     )
+    parser.add_argument("--version", action="version", version=f"loopscale {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for area in AREAS:
@@ -32,12 +44,38 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    name = f"loopscale {args.command}"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default", UserWarning)
+        code, error = _run(args)
+    ours = [_one_line(str(w.message)) for w in caught if w.category.__module__.startswith("loopscale")]
+    for w in caught:  # other libraries' warnings, as Python shows them
+        if not w.category.__module__.startswith("loopscale"):
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)
+    if error is not None:
+        # loopscale's own warnings (e.g. the runs a fit skipped) explain the error: same line, no source path
+        extra = f" ({'; '.join(ours)})" if ours and code == 2 else ""
+        print(f"{name}: {error}{extra}", file=sys.stderr)
+    else:
+        for note in ours:
+            print(f"{name}: note: {note}", file=sys.stderr)
+    return code
+
+
+def _run(args: argparse.Namespace) -> tuple[int, str | None]:
+    """(exit code, the one-line error or None) of the subcommand."""
     try:
-        result = args.func(args)
+        return int(args.func(args) or 0), None
     except UserError as exc:
-        print(f"loopscale {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return 2, f"error: {_one_line(str(exc))}"
+    except OSError as exc:
+        # The file system refused a read or write that the checks before the work could not foresee (disk
+        # full, a folder made read-only meanwhile): one line naming the path, like other bad input.
+        where = f": {exc.filename}" if exc.filename else ""
+        return 2, f"error: {exc.strerror or exc}{where}"
     except KeyboardInterrupt:
-        print(f"loopscale {args.command}: interrupted", file=sys.stderr)
-        return 130
-    return int(result or 0)
+        return 130, "interrupted"
+
+
+def _one_line(message: str) -> str:
+    return " ".join(message.split()) if "\n" in message else message

@@ -101,7 +101,9 @@ def _val_fraction(args: argparse.Namespace) -> float:
 def run_prepare(args: argparse.Namespace) -> int:
     from loopscale.data import PackedDataset, prepare_default, prepare_text_folder
     from loopscale.errors import UserError
+    from loopscale.io import check_output
 
+    check_output(args.root, "--root", folder=True)
     t0 = time.perf_counter()
     common = dict(vocab_size=args.vocab_size, seq_len=args.seq_len, val_fraction=_val_fraction(args),
                   seed=args.seed)
@@ -119,7 +121,9 @@ def run_prepare(args: argparse.Namespace) -> int:
 
 def run_corpus(args: argparse.Namespace) -> int:
     from loopscale.data.corpus import assemble_default_corpus, text_folder_documents, write_corpus
+    from loopscale.io import check_output
 
+    check_output(args.out, "--out", folder=True)
     if args.text_folder is not None:
         meta = write_corpus(text_folder_documents(args.text_folder), args.out,
                             {"name": args.out.name, "inputs": str(args.text_folder)})
@@ -132,7 +136,9 @@ def run_corpus(args: argparse.Namespace) -> int:
 
 def run_tokenizer(args: argparse.Namespace) -> int:
     from loopscale.data import load_tokenizer, train_corpus_tokenizer
+    from loopscale.io import check_output
 
+    check_output(args.out, "--out", folder=False)
     path = train_corpus_tokenizer(args.corpus, args.vocab_size, args.out, val_fraction=_val_fraction(args))
     print(f"tokenizer: {path} ({load_tokenizer(path).get_vocab_size()} tokens)")
     return 0
@@ -140,7 +146,9 @@ def run_tokenizer(args: argparse.Namespace) -> int:
 
 def run_pack(args: argparse.Namespace) -> int:
     from loopscale.data import PackedDataset, pack_corpus
+    from loopscale.io import check_output
 
+    check_output(args.out, "--out", folder=True)
     path = pack_corpus(args.corpus, args.tokenizer, args.out, args.seq_len, val_fraction=_val_fraction(args),
                        seed=args.seed, bos_token=args.bos_token, split_long=not args.no_split_long,
                        dtype=args.dtype)
@@ -150,7 +158,9 @@ def run_pack(args: argparse.Namespace) -> int:
 
 def run_import_parquet(args: argparse.Namespace) -> int:
     from loopscale.data import PackedDataset, import_packed_parquet
+    from loopscale.io import check_output
 
+    check_output(args.out, "--out", folder=True)
     path = import_packed_parquet(args.train, args.val, args.out, tokenizer=args.tokenizer,
                                  vocab_size=args.vocab_size, bos_token=args.bos_token, column=args.column,
                                  dtype=args.dtype)
@@ -161,7 +171,10 @@ def run_import_parquet(args: argparse.Namespace) -> int:
 def run_info(args: argparse.Namespace) -> int:
     from loopscale.data import PackedDataset
     from loopscale.data.corpus import corpus_meta
+    from loopscale.errors import UserError
 
+    if args.show < 0:
+        raise UserError(f"--show must be >= 0 rows, got {args.show}")
     if (args.path / "documents.jsonl").is_file():
         meta = corpus_meta(args.path)
         if args.json:

@@ -71,8 +71,10 @@ def _batch_tokens(args: argparse.Namespace) -> int:
 
 def run_eval(args: argparse.Namespace) -> int:
     from loopscale.eval.suite import evaluate_model, format_report, load_eval_model
-    from loopscale.io import atomic_write_json
+    from loopscale.io import atomic_write_json, check_output
 
+    if args.json is not None:
+        check_output(args.json, "--json", folder=False)
     tasks, missing, settings = _load_tasks(args)
     loaded = load_eval_model(args.checkpoint, args.tokenizer, args.device)
 

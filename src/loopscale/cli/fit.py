@@ -84,21 +84,12 @@ def _template(path: str | None):
 
 def _check_output_paths(json_out: str | None, plots: str | None) -> None:
     """Refuse output paths that cannot be written before any fitting is done (one-line UserError)."""
-    from loopscale.errors import UserError
+    from loopscale.io import check_output
 
-    for flag, value, want_dir in (("--json", json_out, False), ("--plots", plots, True)):
-        if value is None:
-            continue
-        path = Path(value)
-        if want_dir and path.exists() and not path.is_dir():
-            raise UserError(f"{flag} {value}: exists and is not a folder; give a folder for the figures")
-        if not want_dir and path.is_dir():
-            raise UserError(f"{flag} {value}: is a folder; give a file path for the JSON document")
-        for parent in path.parents:
-            if parent.exists():
-                if not parent.is_dir():
-                    raise UserError(f"{flag} {value}: {parent} is a file, not a folder")
-                break
+    if json_out is not None:
+        check_output(json_out, "--json", folder=False)
+    if plots is not None:
+        check_output(plots, "--plots", folder=True)
 
 
 def run_fit(args: argparse.Namespace) -> int:
@@ -202,6 +193,7 @@ def run_compare(args: argparse.Namespace) -> int:
     from loopscale.fit.bootstrap import BOOTSTRAP_RESTARTS
     from loopscale.io import atomic_write_json
 
+    _check_output_paths(args.json_out, None)
     out = compare_phi(
         load_table(args.base),
         load_table(args.variant),

@@ -49,9 +49,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", help="packed dataset folder for every run (sets train.data.path)")
     p.add_argument("--executor", choices=["local", "slurm"], default="local")
     p.add_argument(
-        "--workers", type=int, default=1, help="local: concurrent runs; slurm: max concurrent tasks"
+        "--workers",
+        type=int,
+        help="local: concurrent runs (default 1; a resumed sweep: the count it started with); slurm: max "
+        "concurrent tasks (default 1)",
     )
-    p.add_argument("--threads", type=int, help="CPU threads per run (default: cores / workers)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        help="CPU threads per run (default: cores / workers; a resumed sweep: the count it started with, "
+        "since another count is not bit-identical)",
+    )
     g = p.add_argument_group("slurm")
     g.add_argument("--partition")
     g.add_argument(
@@ -90,12 +98,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--ref-width", type=int, help="re-anchor the LR transfer rules at this width")
     p.add_argument("--ref-batch-tokens", type=int, help="re-anchor the batch rule at this batch (tokens)")
-    p.add_argument("--workers", type=int, default=1, help="concurrent runs")
+    p.add_argument("--workers", type=int, help="concurrent runs (default 1; resumed: as started)")
     p.add_argument("--threads", type=int, help="CPU threads per run (default: cores / workers)")
     p.set_defaults(func=cmd_lr_sweep)
 
     p = sub.add_parser(
-        "demo", help="the whole pipeline on 2 CPU cores in about 10 minutes: data → sweep → fit → report"
+        "demo",
+        help="the whole pipeline on 2 CPU cores in about 7 minutes (plus about 2 minutes to build the "
+        "corpus on first use): data → sweep → fit → report",
     )
     p.add_argument(
         "--out", type=Path, default=DEFAULT_DEMO_OUT, help=f"sweep folder (default {DEFAULT_DEMO_OUT})"
@@ -146,34 +156,82 @@ def _threads(workers: int, threads: int | None) -> int | None:
     import os
 
     if threads is not None:
-        if threads < 1:
-            raise UserError(f"--threads must be >= 1, got {threads}")
         return threads
     return max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None
 
 
-def run_sweep(
-    spec, out: Path, *, executor: str = "local", workers: int = 1, threads: int | None = None, slurm=None
-) -> dict[str, str]:
-    """Create or resume sweep folder ``out`` and run every unfinished run; returns {run: status}."""
-    from loopscale.sweep.executors import run_local, run_slurm
-    from loopscale.sweep.rundir import init_sweep, open_sweep
+def _check_counts(workers: int | None, threads: int | None) -> None:
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers must be >= 1, got {workers}")
+    if threads is not None and threads < 1:
+        raise UserError(f"--threads must be >= 1, got {threads}")
 
+
+def run_sweep(
+    spec,
+    out: Path,
+    *,
+    executor: str = "local",
+    workers: int | None = None,
+    threads: int | None = None,
+    slurm=None,
+) -> dict[str, str]:
+    """Create or resume sweep folder ``out`` and run every unfinished run; returns {run: status}.
+
+    Every input is checked before anything is written. A local sweep records its thread policy
+    (``executor.json``: workers and threads per run) on its first start and reuses it on resume unless
+    ``workers`` / ``threads`` are given; another thread count is allowed but not bit-identical (a note says
+    so), since the count changes the floating-point reduction order of every run.
+    """
+    from loopscale.io import atomic_write_json, check_output
+    from loopscale.sweep.executors import run_local, run_slurm
+    from loopscale.sweep.rundir import POLICY_FILE, init_sweep, open_sweep, read_policy
+
+    out = Path(out)
+    _check_counts(workers, threads)
+    check_output(out, "--out", folder=True, deep=True)
     if spec is None:
         spec, _ = open_sweep(out)
+    recorded = read_policy(out)
     runs = init_sweep(spec, out)
     if executor == "slurm":
         return run_slurm(out, runs, slurm, nproc=spec.nproc)
-    return run_local(out, runs, workers=workers, nproc=spec.nproc, threads=_threads(workers, threads))
+    workers = workers or (recorded or {}).get("workers") or 1
+    override = False
+    if recorded is None:
+        threads = _threads(workers, threads)
+        atomic_write_json(out / POLICY_FILE, {"workers": workers, "threads": threads})
+    elif threads is None:
+        threads = recorded.get("threads")
+    elif threads != recorded.get("threads"):
+        override = True
+        started = recorded.get("threads") or "default number of"
+        print(
+            f"loopscale sweep: note: --threads {threads} differs from the {started} thread(s) per run this "
+            "sweep started with; resumed runs will not be bit-identical to an uninterrupted sweep",
+            file=sys.stderr,
+        )
+    return run_local(
+        out, runs, workers=workers, nproc=spec.nproc, threads=threads, override_threads=override
+    )
 
 
 def _exit_code(statuses: dict[str, str]) -> int:
-    """0 when every run finished ok; 3 when some failed or did not finish (stopped, cancelled, busy)."""
+    """0 when every run finished ok, or when every run is ok or running in another sweep process on this
+    folder (this one has nothing left to do); 3 when some failed or did not finish (stopped, cancelled)."""
+    busy = sorted(name for name, s in statuses.items() if s == "busy")
+    if busy and all(s in ("ok", "busy") for s in statuses.values()):
+        print(
+            f"nothing left to run here: {len(statuses) - len(busy)} run(s) done, {len(busy)} running in "
+            f"another sweep process on this folder, which finishes them: {', '.join(busy)}",
+            file=sys.stderr,
+        )
+        return 0
     code = 0
     for status, what in (
         ("failed", "failed"),
         ("pending", "did not finish (rerun to resume)"),
-        ("busy", "are running in another executor"),
+        ("busy", "are running in another sweep process on this folder"),
     ):
         names = sorted(name for name, s in statuses.items() if s == status)
         if names:
@@ -195,11 +253,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         cpus_per_task=args.cpus_per_task,
         gpus_per_task=args.gpus_per_task,
         mem_gb=args.mem_gb,
-        parallelism=args.workers,
+        parallelism=args.workers or 1,
     )
-    statuses = run_sweep(
-        spec, args.out, executor=args.executor, workers=args.workers, threads=args.threads, slurm=slurm
-    )
+    try:
+        statuses = run_sweep(
+            spec, args.out, executor=args.executor, workers=args.workers, threads=args.threads, slurm=slurm
+        )
+    except KeyboardInterrupt:
+        print(
+            f"loopscale sweep: interrupted; every run keeps its last checkpoint: resume with "
+            f"`loopscale sweep --out {args.out}`",
+            file=sys.stderr,
+        )
+        return 130
     rows, csv_path, _ = collect(args.out)
     print(f"results: {csv_path}")
     print(_machine_line(rows))
@@ -223,13 +289,13 @@ def _machine_line(rows: list[dict]) -> str:
 
 
 def cmd_lr_sweep(args: argparse.Namespace) -> int:
-    from loopscale.io import atomic_write_json
+    from loopscale.io import atomic_write_json, check_output
     from loopscale.sweep.collect import collect
     from loopscale.sweep.lr import CALIBRATION_FILE, base_optim, calibrate, format_calibration, lr_sweep_spec
     from loopscale.sweep.rundir import SPEC_FILE
 
-    if args.workers < 1:
-        raise UserError(f"--workers must be >= 1, got {args.workers}")
+    _check_counts(args.workers, args.threads)
+    check_output(args.out, "--out", folder=True)
     base = _with_data(_load(args), args.data)
     if base is None:
         raise UserError("give the base sweep: a SPEC file or --preset NAME")
@@ -254,8 +320,10 @@ def cmd_lr_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
+    from loopscale.io import check_output
     from loopscale.sweep.collect import collect
 
+    check_output(args.out or args.sweep_dir, "--out", folder=True)
     rows, csv_path, parquet_path = collect(args.sweep_dir, args.out)
     counts = {status: sum(1 for r in rows if r["status"] == status) for status in ("ok", "failed", "pending")}
     print(
@@ -269,8 +337,12 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from loopscale.io import check_output
     from loopscale.report import build_report
 
+    check_output(args.sweep_dir, "SWEEP_DIR", folder=True)
+    if args.out is not None:
+        check_output(args.out, "--out", folder=True)
     report = build_report(
         args.sweep_dir, args.out, restarts=args.restarts, bootstrap=args.bootstrap, seed=args.seed
     )
@@ -280,9 +352,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from loopscale.data import prepare_default
+    from loopscale.io import check_output
     from loopscale.report import build_report
     from loopscale.sweep import preset
 
+    _check_counts(args.workers, None)
+    check_output(args.out, "--out", folder=True)
+    check_output(args.data_root, "--data-root", folder=True)
     spec = preset("demo")
     data = prepare_default(args.data_root, vocab_size=spec.model["vocab_size"], seq_len=spec.model["seq_len"])
     spec = _with_data(spec, str(data))

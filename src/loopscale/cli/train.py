@@ -31,7 +31,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--out", required=True, type=Path, help="run folder (config, metrics, checkpoints, result)"
     )
-    p.add_argument("--resume", action="store_true", help="continue the run in OUT from its latest checkpoint")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in OUT from its latest checkpoint (its config.yaml is the config: no "
+        "--config needed)",
+    )
     add_model_flags(p)
     g = p.add_argument_group("run")
     g.add_argument("--data", dest="data_path", help="packed dataset folder (loopscale data prepare)")
@@ -45,6 +50,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--micro-batch", type=int, help="sequences per forward pass per rank (gradient accumulation)"
     )
     g.add_argument("--seed", type=int)
+    g.add_argument(
+        "--threads",
+        type=int,
+        help="CPU threads (default: OMP_NUM_THREADS or all cores; on --resume the count the run started "
+        "with, since another count is not bit-identical)",
+    )
     g.add_argument("--device", help="auto | cpu | cuda | cuda:N")
     g.add_argument("--precision", choices=["auto", "fp32", "bf16"])
     g.add_argument(
@@ -80,6 +91,7 @@ RUN_FLAGS = (
     "log_every",
     "peak_flops",
     "progress",
+    "threads",
 )
 OPTIM_FLAGS = ("recipe", "matrix_lr", "d_ref")
 
@@ -129,12 +141,40 @@ def maybe_reexec_with_tcmalloc(device: str | None) -> None:
     os.execve(sys.executable, [sys.executable, "-m", "loopscale", *sys.argv[1:]], env)
 
 
+def _config_source(args: argparse.Namespace) -> str | Path | None:
+    """The YAML the run's config starts from: --config, else (with --resume) the run folder's config.yaml.
+
+    A run folder is self-describing, so ``--resume`` alone continues it; ``--resume`` of a folder that holds
+    no run is an error, never a silent fresh start."""
+    from loopscale.errors import UserError
+
+    stored = args.out / "config.yaml"
+    if args.resume and not stored.is_file():
+        raise UserError(
+            f"--resume: {args.out} holds no run to resume (no config.yaml); start it without --resume"
+        )
+    if args.config is not None:
+        return args.config
+    return stored if args.resume else None
+
+
 def run(args: argparse.Namespace) -> int:
+    from loopscale.io import check_output
+
+    check_output(args.out, "--out", folder=True, deep=True)
+    source = _config_source(args)
     maybe_reexec_with_tcmalloc(args.device)
     from loopscale.train import load_train_config, train
 
-    cfg = load_train_config(args.config, overrides_from_args(args))
-    result = train(cfg, args.out, resume=args.resume)
+    cfg = load_train_config(source, overrides_from_args(args))
+    try:
+        result = train(cfg, args.out, resume=args.resume)
+    except KeyboardInterrupt:
+        print(
+            f"loopscale train: interrupted; resume with `loopscale train --out {args.out} --resume`",
+            file=sys.stderr,
+        )
+        return 130
     if result["status"] != "ok":
         print(
             f"loopscale train: run failed: {result['reason']} (see {args.out / 'result.json'})",

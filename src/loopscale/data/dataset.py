@@ -201,6 +201,10 @@ class PackedDataset:
             pos = (pos + take) % total
         return out
 
+    def check(self, split: str) -> None:
+        """Open every shard of ``split`` (UserError when one is missing, truncated or of the wrong shape)."""
+        self._load(split)
+
     def tokenizer(self):
         """The dataset's ``tokenizers.Tokenizer`` (UserError if the rows came without one)."""
         from loopscale.data.tokenizer import load_tokenizer

@@ -41,7 +41,7 @@ from loopscale.data.dataset import (
     row_dtype,
 )
 from loopscale.data.packing import BUFFER_DOCS, PackStats, best_fit_rows
-from loopscale.data.tokenizer import find_bos_id, load_tokenizer, tokenizer_file, train_bpe
+from loopscale.data.tokenizer import MIN_VOCAB, find_bos_id, load_tokenizer, tokenizer_file, train_bpe
 from loopscale.errors import UserError
 
 VAL_FRACTION = 0.03
@@ -181,6 +181,14 @@ def prepare(
     folder DIR). Complete steps are reused; an existing dataset built with other settings is a UserError.
     """
     out_root = Path(out_root)
+    # Every setting is checked before the corpus is built or a tokenizer trained.
+    _check_fraction(val_fraction)
+    if seq_len < 1:
+        raise UserError(f"seq_len must be >= 1, got {seq_len}")
+    if tokenizer is None and vocab_size < MIN_VOCAB:
+        raise UserError(f"vocab size {vocab_size} is too small: byte-level BPE needs at least {MIN_VOCAB}")
+    if tokenizer is not None:
+        load_tokenizer(tokenizer_file(tokenizer))
     corpus_dir = out_root / "corpus" / name
     try:
         corpus_meta(corpus_dir)
@@ -298,8 +306,9 @@ def import_packed_parquet(
                     raise UserError(f"parquet rows have mixed lengths ({row_len} and {block.shape[1]}); "
                                     "all rows must be T + 1 long")
                 if block.size and (block.min() < 0 or block.max() >= vocab_size):
-                    raise UserError(f"token id {int(block.max())} is outside the vocabulary of {vocab_size}; "
-                                    "pass the matching --tokenizer or --vocab")
+                    bad = int(block.min()) if block.min() < 0 else int(block.max())
+                    raise UserError(f"token id {bad} is outside the vocabulary of {vocab_size} (ids 0.."
+                                    f"{vocab_size - 1}); pass the matching --tokenizer or --vocab")
                 if bos_id is not None:
                     starts_with_bos += int((block[:, 0] == bos_id).sum())
                 writer = writer or SplitWriter(out, split, row_len, np_dtype, rows_per_shard=rows_per_shard,

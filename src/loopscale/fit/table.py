@@ -114,6 +114,8 @@ def load_table(source: str | Path | list[dict] | dict[str, Any]) -> RunTable:
 
 
 def _read_rows(path: Path) -> list[dict]:
+    if path.is_dir():
+        raise UserError(f"{path} is a folder, not a results table file (.csv, .jsonl or .parquet)")
     if not path.is_file():
         raise UserError(f"results table not found: {path}")
     suffix = path.suffix.lower()
@@ -210,6 +212,13 @@ def _build(rows: list[dict], where: str) -> RunTable:
     budget = np.array(out["budget"], dtype=float)
     if np.isfinite(budget).any() and not np.isfinite(budget).all():
         raise UserError(f"{where}: 'budget' is missing for some runs; give it for every run or for none")
+    bad = [i for i, b in enumerate(budget) if np.isfinite(b) and b <= 0]
+    if bad or np.isinf(budget).any():
+        i = bad[0] if bad else int(np.flatnonzero(np.isinf(budget))[0])
+        raise UserError(
+            f"{where}: run {out['run'][i]!r} has invalid budget = {budget[i]:g} (training FLOPs must be "
+            "finite and positive)"
+        )
     return RunTable(
         run=np.array(out["run"], dtype=object),
         r=np.array(out["r"], dtype=int),

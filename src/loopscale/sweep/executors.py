@@ -10,6 +10,7 @@ command finishes the sweep.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import os
@@ -38,14 +39,24 @@ _PR_SET_PDEATHSIG = 1
 
 
 def _die_with_parent() -> None:
-    """In the child: get SIGKILL when the executor dies (so a killed sweep leaves no orphan training run)."""
+    """In the child: get SIGKILL when the executor dies (so a killed sweep leaves no orphan training run),
+    and leave the terminal's process group, so a Ctrl-C reaches only the executor, which forwards it once
+    (a training process stops at once on a second interrupt)."""
     _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    os.setpgrp()
 
 
-def train_command(root: Path, name: str, nproc: int) -> list[str]:
-    """The command line of one run: ``loopscale train --config run.yaml --out RUN_DIR --resume``."""
+def train_command(
+    root: Path, name: str, nproc: int, *, resume: bool = True, threads: int | None = None
+) -> list[str]:
+    """The command line of one run: ``loopscale train --config run.yaml --out RUN_DIR [--resume]``
+    (``--resume`` once the run has started; ``--threads N`` when the user overrides the recorded count)."""
     folder = run_dir(root, name)
-    args = ["train", "--config", str(folder / RUN_CONFIG_FILE), "--out", str(folder), "--resume"]
+    args = ["train", "--config", str(folder / RUN_CONFIG_FILE), "--out", str(folder)]
+    if resume:
+        args.append("--resume")
+    if threads is not None:
+        args += ["--threads", str(threads)]
     if nproc > 1:
         return [
             sys.executable,
@@ -71,17 +82,50 @@ def classify_exit(returncode: int, log_tail: str) -> str:
     if oom:
         return "out of memory"
     last = next((line.strip() for line in reversed(log_tail.splitlines()) if line.strip()), "")
-    return f"exit code {returncode}" + (f": {last[:200]}" if last else "")
+    return f"exit code {returncode}" + (f": {shorten(last)}" if last else "")
 
 
-def execute_run(root: str | Path, name: str, nproc: int = 1, threads: int | None = None) -> str:
+def shorten(line: str, limit: int = 600) -> str:
+    """A long one-line reason cut in the middle, never at the end (where the advice usually is)."""
+    if len(line) <= limit:
+        return line
+    keep = (limit - 3) // 2
+    return f"{line[:keep]} … {line[-keep:]}"
+
+
+def execute_run(
+    root: str | Path,
+    name: str,
+    nproc: int = 1,
+    threads: int | None = None,
+    override_threads: bool = False,
+) -> str:
     """Run one run to completion (or resume it); returns its final status: ok, failed, pending or busy.
 
     ``busy``: another executor holds the run's lock (it is running right now elsewhere). ``pending``: the
     process was stopped (executor interrupted) and the run will resume on the next attempt. ``threads``
-    sets OMP/MKL threads of the training process (CPU runs with several local workers).
+    sets OMP/MKL threads of a run's first start; a started run keeps the count recorded in its config.yaml
+    unless ``override_threads`` (the user's explicit ``--threads``). A bookkeeping write that fails (disk
+    full, read-only run folder) makes this run ``failed`` (reason in ``bookkeeping_failures``); it never
+    raises, so the other runs of the sweep go on.
     """
     root = Path(root)
+    try:
+        return _execute_run(root, name, nproc, threads, override_threads)
+    except OSError as exc:
+        where = f" {exc.filename}" if exc.filename else ""
+        bookkeeping_failures[(str(root), name)] = (
+            f"could not write the run's files ({exc.strerror or exc}:{where})"
+        )
+        return "failed"
+
+
+# (sweep folder, run) → why its bookkeeping failed in this process (it could not be written to exit.json)
+bookkeeping_failures: dict[tuple[str, str], str] = {}
+
+
+def _execute_run(root: Path, name: str, nproc: int, threads: int | None, override_threads: bool) -> str:
+    bookkeeping_failures.pop((str(root), name), None)
     folder = run_dir(root, name)
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / ".lock", "w") as lock:
@@ -95,20 +139,30 @@ def execute_run(root: str | Path, name: str, nproc: int = 1, threads: int | None
         env = dict(os.environ)
         if threads is not None:
             env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+        command = train_command(
+            root,
+            name,
+            nproc,
+            resume=(folder / "config.yaml").exists(),
+            threads=threads if override_threads else None,
+        )
         log_path = folder / LOG_FILE
         with open(log_path, "a") as log:
-            log.write(
-                f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(train_command(root, name, nproc))}\n"
-            )
+            log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(command)}\n")
             log.flush()
             proc = subprocess.Popen(
-                train_command(root, name, nproc),
+                command,
+                stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
                 preexec_fn=_die_with_parent,
             )
-            returncode = proc.wait()
+            _children.add(proc)
+            try:
+                returncode = proc.wait()
+            finally:
+                _children.discard(proc)
         if (folder / RESULT_FILE).exists():
             return run_state(root, name).status
         if returncode in _STOPPED or _stopping.is_set():
@@ -121,6 +175,9 @@ def execute_run(root: str | Path, name: str, nproc: int = 1, threads: int | None
             folder / EXIT_FILE, {"status": "failed", "reason": reason, "returncode": returncode}
         )
         return "failed"
+
+
+_children: set[subprocess.Popen] = set()  # training processes of this executor now running
 
 
 _stopping = threading.Event()  # set when the local executor is interrupted
@@ -181,7 +238,8 @@ def _start(
 
 def _event(root: Path, name: str, status: str) -> str:
     if status == "failed":
-        return f"failed {name} ({run_state(root, name).reason})"
+        reason = bookkeeping_failures.get((str(root), name)) or run_state(root, name).reason
+        return f"failed {name} ({reason})"
     if status == "pending":
         return f"stopped {name} (resumes on the next call)"
     return f"{status} {name}"
@@ -197,12 +255,14 @@ def run_local(
     workers: int = 1,
     nproc: int = 1,
     threads: int | None = None,
+    override_threads: bool = False,
     stream: TextIO | None = None,
 ) -> dict[str, str]:
     """Run every unfinished run with ``workers`` concurrent processes; returns {run name: final status}.
 
     Finished runs (result.json present) are skipped; interrupted, killed or crashed ones are retried and
-    resume from their checkpoint.
+    resume from their checkpoint. An interrupt (Ctrl-C, SIGTERM to this process) is forwarded to the
+    running training processes, which checkpoint and stop; then KeyboardInterrupt propagates.
     """
     if workers < 1:
         raise UserError(f"--workers must be >= 1, got {workers}")
@@ -212,11 +272,12 @@ def run_local(
     pool = ThreadPoolExecutor(max_workers=workers)
     futures = {}
     queue = list(todo)
+    previous = _interrupt_on_signals()
     try:
         while queue or futures:
             while queue and len(futures) < workers:
                 run = queue.pop(0)
-                futures[pool.submit(execute_run, root, run.name, nproc, threads)] = run
+                futures[pool.submit(execute_run, root, run.name, nproc, threads, override_threads)] = run
                 progress.running.append(run.name)
                 progress.show(f"start {run.name}")
             finished, _ = wait(futures, return_when=FIRST_COMPLETED)
@@ -232,11 +293,42 @@ def run_local(
                 progress.failed += status == "failed"
                 progress.show(_event(root, run.name, status))
     except BaseException:
-        _stopping.set()  # children die with us (PDEATHSIG); their runs stay resumable
+        _stopping.set()
+        _stop_children(progress)
         raise
     finally:
-        pool.shutdown(wait=not _stopping.is_set(), cancel_futures=True)
+        pool.shutdown(wait=True, cancel_futures=True)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return statuses
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _interrupt_on_signals() -> dict:
+    """SIGINT and SIGTERM raise KeyboardInterrupt in the driver, whatever disposition it inherited (a shell
+    starts background jobs with SIGINT ignored, and Python keeps it ignored); returns the old handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+def _stop_children(progress: Progress) -> None:
+    """Forward the interrupt to the running training processes (each checkpoints and stops)."""
+    children = list(_children)
+    if not children:
+        return
+    print(
+        f"interrupted: stopping {len(children)} running run(s) at their next step boundary (each writes a "
+        f"checkpoint first): {', '.join(progress.running)}",
+        file=progress.stream or sys.stderr,
+        flush=True,
+    )
+    for proc in children:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGINT)
 
 
 # ---------------------------------------------------------------------------------------------- SLURM
@@ -320,7 +412,8 @@ def run_slurm(
                 status = slurm_job.result()
             except Exception as exc:  # the task itself died (cancelled, node failure): record why
                 if not (run_dir(root, run.name) / RESULT_FILE).exists():
-                    last = (str(exc).strip().splitlines() or ["no message"])[-1][:200]
+                    last = (str(exc).strip().splitlines() or ["no message"])[-1]
+                    last = shorten(last)
                     atomic_write_json(
                         run_dir(root, run.name) / EXIT_FILE,
                         {"status": "failed", "reason": f"SLURM task {slurm_job.job_id} ended: {last}"},

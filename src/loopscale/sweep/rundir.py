@@ -9,6 +9,7 @@
     SWEEP_DIR/runs/NAME/exit.json   written by the executor when the process ended without result.json
                                     (killed, out of memory, crashed); removed when the run is retried
     SWEEP_DIR/runs/NAME/train.log   stdout + stderr of every attempt (appended)
+    SWEEP_DIR/executor.json         a local sweep's workers and threads per run, reused on resume
     SWEEP_DIR/results.csv|.parquet  written by collect
 
 A run is *done* when result.json exists (status ok or failed): reruns skip it. Anything else is retried
@@ -32,6 +33,7 @@ RESULT_FILE = "result.json"
 EXIT_FILE = "exit.json"
 RUN_CONFIG_FILE = "run.yaml"
 LOG_FILE = "train.log"
+POLICY_FILE = "executor.json"  # local sweeps: {"workers": W, "threads": threads per run or null}
 
 
 @dataclass(frozen=True)
@@ -56,9 +58,26 @@ def read_json(path: Path) -> dict:
         raise UserError(
             f"{path}: truncated or invalid JSON ({exc.msg} at line {exc.lineno}); delete it to rerun this run"
         ) from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a text file (invalid UTF-8); delete it to rerun this run") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a folder, not a JSON file; delete it to rerun this run") from None
     if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a JSON object")
+        raise UserError(f"{path}: expected a JSON object; delete it to rerun this run")
     return data
+
+
+def read_policy(root: Path) -> dict | None:
+    """The thread policy a local sweep started with (``executor.json``), or None before its first start."""
+    path = Path(root) / POLICY_FILE
+    if not path.exists():
+        return None
+    policy = read_json(path)
+    for key in ("workers", "threads"):
+        value = policy.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise UserError(f"{path}: {key} must be a whole number >= 1 or null, got {value!r}")
+    return policy
 
 
 def run_state(root: Path, name: str) -> RunState:
@@ -69,15 +88,24 @@ def run_state(root: Path, name: str) -> RunState:
         status = result.get("status")
         if status not in ("ok", "failed"):
             raise UserError(f"{result_path}: status must be 'ok' or 'failed', got {status!r}")
+        loss = result.get("val_loss")
+        if status == "ok" and (not isinstance(loss, int | float) or isinstance(loss, bool)):
+            raise UserError(
+                f"{result_path}: val_loss must be a number, got {loss!r}; delete it to rerun this run"
+            )
         return RunState(status, str(result.get("reason") or ""), result)
     exit_path = folder / EXIT_FILE
     if exit_path.exists():
         info = read_json(exit_path)
         return RunState("failed", str(info.get("reason", "process ended without result.json")), None)
     if (folder / "metrics.jsonl").exists():
-        return RunState(
-            "pending", "interrupted: started but no result.json yet (resumes from its checkpoint)", None
+        checkpoints = sorted((folder / "checkpoints").glob("step_*"))
+        resumes = (
+            f"resumes from its checkpoint at step {int(checkpoints[-1].name.split('_')[1])}"
+            if checkpoints and checkpoints[-1].name.split("_")[1].isdigit()
+            else "no checkpoint yet: restarts from step 0"
         )
+        return RunState("pending", f"interrupted: started but no result.json yet ({resumes})", None)
     return RunState("pending", "not run yet", None)
 
 

@@ -132,6 +132,11 @@ class TrainConfig:
     log_every: int = 1  # metrics.jsonl line every N steps (the last step is always logged)
     peak_flops: float | None = None  # FLOP/s per device for MFU; None = measured matmul peak (cached)
     progress: bool = True  # tqdm progress bar on stderr (rank 0)
+    # CPU threads of the run (torch.set_num_threads). None: the process default (OMP_NUM_THREADS, else all
+    # cores) on a fresh start, the recorded count on --resume. The resolved count is written to the run's
+    # config.yaml and reused on resume: the thread count changes the floating-point reduction order, so a
+    # resume with another count is not bit-identical to an uninterrupted run.
+    threads: int | None = None
 
     def validate(self) -> None:
         for part in (self.model, self.data, self.optim):
@@ -157,6 +162,8 @@ class TrainConfig:
             raise UserError(f"checkpoint_every_s must be positive, got {self.checkpoint_every_s}")
         if self.log_every < 1:
             raise UserError(f"log_every must be >= 1, got {self.log_every}")
+        if self.threads is not None and self.threads < 1:
+            raise UserError(f"threads must be >= 1, got {self.threads}")
         if self.peak_flops is not None and self.peak_flops <= 0:
             raise UserError(f"peak_flops must be positive FLOP/s, got {self.peak_flops:g}")
 

@@ -63,6 +63,7 @@ RESUMABLE_CHANGES = (
     "log_every",
     "peak_flops",
     "progress",
+    "threads",
 )
 
 
@@ -136,6 +137,8 @@ def plan_run(cfg: TrainConfig, ds: PackedDataset, world: int = 1) -> Plan:
         )
     ds.num_rows("train")  # UserError when the split is missing or empty
     val_split_rows = ds.num_rows("val")
+    for split in ("train", "val"):
+        ds.check(split)  # UserError when a shard is missing or truncated, before anything is written
     if ds.tokenizer_path is not None:
         ds.tokenizer()  # UserError when tokenizer.json does not load
     f = flops_per_token(m)
@@ -200,6 +203,24 @@ def _check_resumable(run_dir: Path, cfg: TrainConfig, resume: bool) -> dict[str,
         except ValueError:
             raise UserError(f"{result_path} is corrupt; delete it to finish the run again") from None
     return None
+
+
+def _resolve_threads(cfg: TrainConfig, run_dir: Path, rt: Runtime) -> TrainConfig:
+    """Fix the run's CPU thread count: the configured one, else the one recorded in OUT/config.yaml (a
+    resumed run), else this process's default; set it and return the config that records it."""
+    from dataclasses import replace
+
+    config_path = run_dir / "config.yaml"
+    stored = load_yaml(config_path).get("threads") if config_path.is_file() else None
+    threads = cfg.threads or stored or torch.get_num_threads()
+    if stored is not None and threads != stored and rt.is_main:
+        print(
+            f"loopscale train: note: {threads} CPU thread(s) instead of the {stored} this run started with; "
+            "its losses will not be bit-identical to an uninterrupted run",
+            file=sys.stderr,
+        )
+    torch.set_num_threads(threads)
+    return replace(cfg, threads=threads)
 
 
 def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -314,6 +335,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
     finished = _check_resumable(run_dir, cfg, resume)
     if finished is not None:
         return finished
+    cfg = _resolve_threads(cfg, run_dir, rt)
     latest = ckpt.latest_checkpoint(run_dir) if resume else None
     if latest is not None:
         ckpt.read_state(latest)  # a corrupt checkpoint is refused before anything is written
@@ -393,7 +415,9 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
     )
     metrics = open(metrics_path, "a") if rt.is_main else None  # noqa: SIM115 (closed in finally)
     last_checkpoint = time.perf_counter()
-    train_loss = float(state.get("train_loss", math.nan))
+    stored_loss = state.get("train_loss")
+    train_loss = math.nan if stored_loss is None else float(stored_loss)
+    stop = _StopRequest(enabled=rt.world == 1)
     try:
         for step in range(start_step, plan.steps):
             t0 = time.perf_counter()
@@ -439,7 +463,8 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
                 metrics.flush()
             bar.update(1)
             bar.set_postfix(loss=f"{train_loss:.4f}", tok_s=f"{tokens_per_s:,.0f}", mfu=f"{mfu:.1%}")
-            if done < plan.steps and _checkpoint_due(cfg, done, last_checkpoint, rt):
+            due = done < plan.steps and _checkpoint_due(cfg, done, last_checkpoint, rt)
+            if done < plan.steps and (due or stop.requested):
                 if rt.is_main:
                     now = time.perf_counter()
                     ckpt.save_checkpoint(
@@ -458,7 +483,10 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
                 if rt.world > 1:
                     dist.barrier()
                 last_checkpoint = time.perf_counter()
+                if stop.requested:
+                    raise KeyboardInterrupt  # checkpointed at this step: --resume continues bit-exactly
     finally:
+        stop.restore()
         bar.close()
         if metrics is not None:
             metrics.close()
@@ -469,6 +497,34 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
     if rt.is_main:
         shutil.rmtree(run_dir / ckpt.CHECKPOINT_DIR, ignore_errors=True)
     return result
+
+
+class _StopRequest:
+    """SIGINT/SIGTERM during the training steps of a single-process run: finish the current step, write a
+    checkpoint, then stop (KeyboardInterrupt), so an interrupted run (Ctrl-C, a sweep driver forwarding the
+    signal) loses no work. Data-parallel runs keep the default behaviour (the ranks would have to agree)."""
+
+    def __init__(self, enabled: bool):
+        import signal
+        import threading
+
+        self.requested = False
+        self._previous: dict = {}
+        if enabled and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:  # a second signal: stop at once
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def restore(self) -> None:
+        import signal
+
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
 
 
 def _checkpoint_due(cfg: TrainConfig, done: int, last_checkpoint: float, rt: Runtime) -> bool:
