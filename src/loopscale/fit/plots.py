@@ -461,23 +461,30 @@ def _residuals(protocol: Protocol, table: RunTable, rs, colors):
     return fig
 
 
+def _unidentified(row: dict) -> bool:
+    """A law optimum on the edge of the legal widths or outside the widths run: not identified by the runs."""
+    return bool(row.get("at_edge")) or row.get("within_widths_run") is False
+
+
 def _frontier(protocol: Protocol, colors):
     import matplotlib.pyplot as plt
 
     if protocol.compute_optimal is None:
         return None
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.8), layout="constrained")
+    any_open = False
     for key, entry in protocol.compute_optimal["per_r"].items():
-        c = [row["budget"] for row in entry["rows"]]
+        rows = entry["rows"]
+        c = np.array([row["budget"] for row in rows])
+        open_ = np.array([_unidentified(row) for row in rows])
+        any_open |= bool(open_.any())
         color = colors.get(int(key), "k")
-        axes[0].plot(c, [row["loss"] for row in entry["rows"]], "o-", color=color, label=f"r = {key}")
-        axes[1].plot(
-            c,
-            [row["n"] for row in entry["rows"]],
-            "o-",
-            color=color,
-            label=f"r = {key}" + (f" (a_N = {entry['a_N']:.2f})" if "a_N" in entry else ""),
-        )
+        exponent = f" (a_N = {entry['a_N']:.2f})" if "a_N" in entry and not open_.any() else ""
+        for ax, values in ((axes[0], [row["loss"] for row in rows]), (axes[1], [row["n"] for row in rows])):
+            values = np.array(values)
+            ax.plot(c, values, "-" if not open_.any() else ":", color=color, label=f"r = {key}{exponent}")
+            ax.scatter(c[~open_], values[~open_], color=color, zorder=3)
+            ax.scatter(c[open_], values[open_], facecolors="none", edgecolors=color, zorder=3)
     for ax in axes:
         _log_axis(ax, "x", flops_label)
         ax.set_xlabel("training compute C (FLOPs)")
@@ -486,4 +493,10 @@ def _frontier(protocol: Protocol, colors):
     _log_axis(axes[1], "y")
     axes[0].set_ylabel("compute-optimal loss L* (nats)")
     axes[1].set_ylabel("compute-optimal N*")
+    if any_open:
+        fig.suptitle(
+            "open markers, dotted lines: the law's optimum lies at the edge of the legal widths or outside "
+            "the widths run (not identified by the runs)",
+            fontsize=9,
+        )
     return fig
