@@ -110,3 +110,40 @@ def test_submitit_local_fallback_runs_the_same_function(reference, tmp_path):
     assert set(statuses.values()) == {"ok"}
     collect(out)
     assert results(out) == expected
+
+
+def test_two_process_runs_through_slurm_equal_the_local_executor(slurm_cluster, tiny_dataset, tmp_path):
+    """nproc: 2 inside an array task (torchrun in the task, gloo): the same losses as the local executor's
+    2-process runs, bit for bit; a second call has nothing to do."""
+    if slurm_cluster is None:
+        pytest.skip("no SLURM cluster on this machine (see the fixture output)")
+    from .helpers import env_with, sweep_cmd, write_spec
+
+    spec = write_spec(tmp_path, tiny_dataset, budget=4e8)
+    spec.write_text(spec.read_text() + "nproc: 2\n")
+    local = subprocess.run(
+        sweep_cmd(tmp_path / "local", spec), env=env_with(), capture_output=True, text=True
+    )
+    assert local.returncode == 0, local.stderr
+    cmd = [
+        sys.executable,
+        "-m",
+        "loopscale",
+        "sweep",
+        str(spec),
+        "--out",
+        str(tmp_path / "slurm"),
+        "--executor",
+        "slurm",
+        "--workers",
+        "1",
+        "--cpus-per-task",
+        "2",
+        "--timeout-min",
+        "10",
+    ]
+    submitted = subprocess.run(cmd, env=slurm_cluster, capture_output=True, text=True, timeout=600)
+    assert submitted.returncode == 0, submitted.stderr
+    assert results(tmp_path / "slurm") == results(tmp_path / "local")
+    again = subprocess.run(cmd, env=slurm_cluster, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "nothing to run" in again.stderr
