@@ -92,3 +92,32 @@ def test_torchrun_two_processes_match_one_process_with_the_same_global_batch(dat
     assert r2["world_size"] == 2 and r1["world_size"] == 1
     assert r2["val_loss"] == pytest.approx(r1["val_loss"], rel=1e-5)
     assert r2["tokens"] == r1["tokens"]
+
+
+def test_compiled_run_killed_and_resumed_equals_an_uninterrupted_compiled_run(dataset, tmp_path):
+    """compile: true stays deterministic across kill -9 + --resume (the resumed process compiles again)."""
+    cfg = tiny_config(dataset, steps=20, checkpoint_every_steps=3, compile=True)
+    (tmp_path / "run.yaml").write_text(dump_yaml(cfg))
+    args = ["train", "--config", str(tmp_path / "run.yaml")]
+    reference = run_cli([*args, "--out", str(tmp_path / "reference")], timeout=900)
+    assert reference.returncode == 0, reference.stderr
+
+    run = tmp_path / "interrupted"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loopscale", *args, "--out", str(run)],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    while proc.poll() is None:  # no deadline: a run that finishes first fails the assertion below
+        if (run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().count("\n") >= 7:
+            break
+        time.sleep(0.005)
+    proc.kill()
+    proc.wait()
+    assert not (run / "result.json").exists(), "the run finished before it could be killed"
+    resumed = run_cli([*args, "--out", str(run), "--resume"], timeout=900)
+    assert resumed.returncode == 0, resumed.stderr
+    assert [m["loss"] for m in metrics(run)] == [m["loss"] for m in metrics(tmp_path / "reference")]
+    ref = json.loads((tmp_path / "reference" / "result.json").read_text())
+    assert json.loads((run / "result.json").read_text())["val_loss"] == ref["val_loss"]
