@@ -68,6 +68,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument(
         "--no-progress", dest="progress", action="store_false", default=None, help="no progress bar"
     )
+    g.add_argument("--tracker", help="experiment tracker: none (default) | wandb | trackio")
+    g.add_argument("--tracker-mode", help="wandb: offline (default, into OUT/wandb) | online")
     o = p.add_argument_group("optimiser")
     o.add_argument("--recipe", choices=["muonh", "adamw"])
     o.add_argument("--matrix-lr", type=float, help="MuonH base LR (paper 0.014)")
@@ -92,6 +94,8 @@ RUN_FLAGS = (
     "peak_flops",
     "progress",
     "threads",
+    "tracker",
+    "tracker_mode",
 )
 OPTIM_FLAGS = ("recipe", "matrix_lr", "d_ref")
 

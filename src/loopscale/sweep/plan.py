@@ -143,8 +143,11 @@ def run_train_config(spec: SweepSpec, run: PlannedRun) -> dict:
     from loopscale.train.config import merge
 
     group = next(g for g in spec.groups if g.name == run.group)
+    train = merge(spec.train, group.train)
+    if train.get("tracker", "none") != "none":
+        train.setdefault("tracker_group", spec.name)  # tracker runs grouped by sweep, named by run folder
     return {
-        **merge(spec.train, group.train),
+        **train,
         "model": to_dict(run.model),
         "budget": run.budget,
         "batch_tokens": spec.batch_tokens,
@@ -157,7 +160,7 @@ def check_runnable(spec: SweepSpec, runs: list[PlannedRun]) -> None:
     fails with one line before anything runs, not as a column of failed runs. Imports torch."""
     from loopscale.config import from_dict
     from loopscale.data import PackedDataset
-    from loopscale.train import plan_run
+    from loopscale.train import plan_run, tracking
     from loopscale.train.config import TrainConfig
     from loopscale.train.optim import peak_learning_rates
 
@@ -165,6 +168,7 @@ def check_runnable(spec: SweepSpec, runs: list[PlannedRun]) -> None:
     for run in runs:
         try:
             cfg = from_dict(TrainConfig, run_train_config(spec, run), "train")
+            tracking.require(cfg.tracker)
             if cfg.data.path not in datasets:
                 datasets[cfg.data.path] = PackedDataset(cfg.data.path)
             plan = plan_run(cfg, datasets[cfg.data.path], world=spec.nproc)

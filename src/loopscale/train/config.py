@@ -22,6 +22,8 @@ RECIPES = ("muonh", "adamw")
 D_REF_RULES = ("released", "prose")
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("auto", "fp32", "bf16")
+TRACKERS = ("none", "wandb", "trackio")  # loopscale.train.tracking
+TRACKER_MODES = ("offline", "online")
 DEFAULT_DATASET = "data/packed/default-bpe4096-T256"  # what `loopscale data prepare` builds by default
 
 
@@ -137,6 +139,15 @@ class TrainConfig:
     # config.yaml and reused on resume: the thread count changes the floating-point reduction order, so a
     # resume with another count is not bit-identical to an uninterrupted run.
     threads: int | None = None
+    # Experiment tracking (loopscale.train.tracking): none | wandb | trackio, one tracker run per training
+    # run, logging what metrics.jsonl logs plus the final result. wandb runs offline into the run folder
+    # unless tracker_mode is "online" (None: WANDB_MODE, else offline). Group: a sweep sets its name;
+    # name: default the run folder's name.
+    tracker: str = "none"
+    tracker_mode: str | None = None
+    tracker_project: str = "loopscale"
+    tracker_group: str | None = None
+    tracker_name: str | None = None
 
     def validate(self) -> None:
         for part in (self.model, self.data, self.optim):
@@ -166,6 +177,12 @@ class TrainConfig:
             raise UserError(f"threads must be >= 1, got {self.threads}")
         if self.peak_flops is not None and self.peak_flops <= 0:
             raise UserError(f"peak_flops must be positive FLOP/s, got {self.peak_flops:g}")
+        if self.tracker not in TRACKERS:
+            raise UserError(f"tracker must be one of {', '.join(TRACKERS)}, got {self.tracker!r}")
+        if self.tracker_mode is not None and self.tracker_mode not in TRACKER_MODES:
+            raise UserError(
+                f"tracker_mode must be {' or '.join(TRACKER_MODES)} (or null), got {self.tracker_mode!r}"
+            )
 
     @property
     def batch_rows(self) -> int:

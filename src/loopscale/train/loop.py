@@ -40,6 +40,7 @@ from loopscale.errors import UserError
 from loopscale.io import atomic_write_json, atomic_write_text
 from loopscale.model import LoopedGPT
 from loopscale.train import checkpoint as ckpt
+from loopscale.train import tracking
 from loopscale.train.config import TrainConfig
 from loopscale.train.optim import (
     build_optimizers,
@@ -64,6 +65,11 @@ RESUMABLE_CHANGES = (
     "peak_flops",
     "progress",
     "threads",
+    "tracker",
+    "tracker_mode",
+    "tracker_project",
+    "tracker_group",
+    "tracker_name",
 )
 
 
@@ -332,6 +338,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
             "(rows repeat)",
             file=sys.stderr,
         )
+    tracking.require(cfg.tracker)  # a missing tracker package is refused before anything is written
     finished = _check_resumable(run_dir, cfg, resume)
     if finished is not None:
         return finished
@@ -353,6 +360,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
     if rt.is_main:
         atomic_write_text(run_dir / "config.yaml", dump_yaml(cfg))
         _rewind_metrics(metrics_path, start_step)
+    tracker = tracking.start(cfg, run_dir, main=rt.is_main)
     step_fn = torch.compile(model) if cfg.compile else model
     dtype_name = "bfloat16" if rt.autocast_dtype is torch.bfloat16 else "float32"
     # MFU is reported by rank 0 only (other ranks skip the matmul probe so it is not disturbed).
@@ -401,6 +409,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
         }
         if rt.is_main:
             atomic_write_json(run_dir / "result.json", result)
+        tracker.finish(result)
         return result
 
     from tqdm import tqdm
@@ -446,21 +455,18 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
             tokens_per_s = cfg.batch_tokens / dt
             mfu = plan.flops_per_token * tokens_per_s / (peak * rt.world) if peak else math.nan
             if metrics is not None and (done % cfg.log_every == 0 or done == plan.steps):
-                metrics.write(
-                    json.dumps(
-                        {
-                            "step": done,
-                            "loss": train_loss,
-                            "lr": lr_mult * peak_lrs["matrix"],
-                            "lr_multiplier": lr_mult,
-                            "tokens": done * cfg.batch_tokens,
-                            "tokens_per_s": tokens_per_s,
-                            "mfu": mfu,
-                        }
-                    )
-                    + "\n"
-                )
+                record = {
+                    "step": done,
+                    "loss": train_loss,
+                    "lr": lr_mult * peak_lrs["matrix"],
+                    "lr_multiplier": lr_mult,
+                    "tokens": done * cfg.batch_tokens,
+                    "tokens_per_s": tokens_per_s,
+                    "mfu": mfu,
+                }
+                metrics.write(json.dumps(record) + "\n")
                 metrics.flush()
+                tracker.log(record, done)
             bar.update(1)
             bar.set_postfix(loss=f"{train_loss:.4f}", tok_s=f"{tokens_per_s:,.0f}", mfu=f"{mfu:.1%}")
             due = done < plan.steps and _checkpoint_due(cfg, done, last_checkpoint, rt)
@@ -485,14 +491,21 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
                 last_checkpoint = time.perf_counter()
                 if stop.requested:
                     raise KeyboardInterrupt  # checkpointed at this step: --resume continues bit-exactly
+    except BaseException:
+        tracker.finish(None)  # interrupted: the tracker run ends unfinished (a resume continues it)
+        raise
     finally:
         stop.restore()
         bar.close()
         if metrics is not None:
             metrics.close()
-    val_loss = validation_loss(model, ds, plan, rt)
-    if rt.is_main:
-        ckpt.save_tensors(run_dir / ckpt.WEIGHTS, model.state_dict())
+    try:
+        val_loss = validation_loss(model, ds, plan, rt)
+        if rt.is_main:
+            ckpt.save_tensors(run_dir / ckpt.WEIGHTS, model.state_dict())
+    except BaseException:
+        tracker.finish(None)
+        raise
     result = finish("ok", None, plan.steps, train_loss, val_loss)
     if rt.is_main:
         shutil.rmtree(run_dir / ckpt.CHECKPOINT_DIR, ignore_errors=True)
