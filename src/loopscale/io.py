@@ -6,6 +6,7 @@ half-written file.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -37,7 +38,16 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
 
 
 def _umask() -> int:
-    mask = os.umask(0o022)  # the only portable way to read it is to set it; restore at once
+    """The process umask. Linux shows it in /proc/self/status; elsewhere the only way to read it is to set
+    it and restore it at once, which races with files that other threads (a sweep's workers) create."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
     os.umask(mask)
     return mask
 
@@ -52,6 +62,15 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def sha256_file(path: str | os.PathLike, chunk_bytes: int = 1 << 20) -> str:
+    """Hex sha256 of a file's bytes, read in ``chunk_bytes`` chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk_bytes):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:

@@ -24,7 +24,7 @@ def test_eval_prints_tables_and_writes_json(trained_run, tmp_path, capsys):
                            "parametric_knowledge", "--limit", "12", "--task-dir", str(tmp_path),
                            "--json", str(out_json), "--device", "cpu")
     assert code == 0
-    assert "VarAssign d1 (code)" in out and "TriviaQA" in out and "missing (no task file)" in out
+    assert "VarAssign d1 (code)" in out and "TriviaQA" in out and "missing: no task file" in out
     assert "reasoning_primitives" in out and "0/3, missing triviaqa, nq_open, webquestions" in out
     report = json.loads(out_json.read_text())
     assert report["r"] == report["r_train"] == 2
@@ -74,6 +74,7 @@ def _other_tokenizer(tmp_path, vocab):
          "trained with the tokenizer"),
         (["eval-sweep", "{tmp}"], "not a sweep folder"),
         (["eval", "{run}", "--tasks", "induction_head", "--device", "tpu0"], "unknown device"),
+        (["eval", "{run}", "--tasks", "induction_head", "--threads", "0"], "--threads must be >= 1"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(trained_run, tmp_path, capsys, args, message):
@@ -132,3 +133,47 @@ def test_eval_sweep_is_resumable_and_skips_unfinished_runs(trained_run, tmp_path
     assert "2 evaluated, 0 already done" in out
     assert json.loads((sweep / "runs" / "a_ok" / "eval.json").read_text())["r"] == 1
     assert not list((sweep / "runs" / "a_ok").glob(".eval.json.*"))  # atomic write left no temp file
+
+
+def test_eval_sweep_resume_is_keyed_by_task_set_and_content(trained_run, tmp_path, capsys):
+    sweep, tasks = tmp_path / "sweep", tmp_path / "tasks"
+    shutil.copytree(trained_run, sweep / "runs" / "a_ok")
+    tasks.mkdir()
+    args = ["eval-sweep", str(sweep), "--tasks", "induction_head", "nq_open", "--task-dir", str(tasks),
+            "--limit", "6", "--device", "cpu"]
+    code, out, _ = run_cli(capsys, *args)
+    assert code == 0 and "1 evaluated" in out and "1 task(s) scored, 0 kept" in out
+    eval_json = sweep / "runs" / "a_ok" / "eval.json"
+    first = json.loads(eval_json.read_text())
+    assert [m["name"] for m in first["missing"]] == ["nq_open"]
+    # a task file appears (e.g. `loopscale eval prepare`): only that task is scored, the other is kept
+    rows = [{"context": f"Question: q{i}?\nAnswer: ", "continuation": f"a{i}"} for i in range(8)]
+    (tasks / "nq_open.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, out, _ = run_cli(capsys, *args)
+    assert "1 evaluated" in out and "1 task(s) scored, 1 kept" in out
+    second = json.loads(eval_json.read_text())
+    assert second["tasks"]["induction_head"] == first["tasks"]["induction_head"] and not second["missing"]
+    assert set(second["settings"]["task_set"]) == {"induction_head", "nq_open"}
+    code, out, _ = run_cli(capsys, *args)
+    assert "0 evaluated, 1 already done" in out
+    # the file's content changes: that task is scored again
+    rows[0]["continuation"] = "changed"
+    (tasks / "nq_open.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, out, _ = run_cli(capsys, *args)
+    assert "1 evaluated" in out and "1 task(s) scored, 1 kept" in out
+    third = json.loads(eval_json.read_text())
+    assert third["tasks"]["nq_open"]["digest"] != second["tasks"]["nq_open"]["digest"]
+
+
+def test_relative_data_path_resolves_against_the_run_and_sweep_folders(trained_run, tmp_path, capsys):
+    # The data set lives next to the sweep; the run's config names it relative to the sweep root.
+    sweep = tmp_path / "sweep"
+    run = sweep / "runs" / "r"
+    shutil.copytree(trained_run, run)
+    src = Path(json.loads((trained_run / "result.json").read_text())["config"]["data"]["path"])
+    shutil.copytree(src, sweep / "data" / "set")
+    (run / "config.yaml").write_text((run / "config.yaml").read_text().replace(str(src), "data/set"))
+    code, out, err = run_cli(capsys, "eval", str(run), "--tasks", "induction_head", "--limit", "4",
+                             "--device", "cpu")
+    assert code == 0, err
+    assert "Induction head" in out

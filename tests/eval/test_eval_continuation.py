@@ -179,9 +179,9 @@ def test_prompts_are_identical_for_every_r(tokenizer, bos_id, model_factory):
     for r in (1, 2, 4):
         calls: list[torch.Tensor] = []
 
-        def logits_fn(idx, r=r, calls=calls):
+        def logits_fn(idx, positions, r=r, calls=calls):
             calls.append(idx.clone())
-            return model(idx, r=r)
+            return model.logits_at(idx, positions, r=r)
 
         seen[r] = (calls, evaluate_task(task, tokenizer, bos_id, logits_fn, max_len=96).loss)
     for r in (2, 4):
@@ -226,9 +226,39 @@ def test_rendered_prompt_format():
 
 def test_mean_loss_is_finite_for_uniform_model(tokenizer, bos_id):
     # A model with constant logits gives exactly log(V) nats per token.
-    def uniform(idx):
-        return torch.zeros(*idx.shape, 320)
+    def uniform(idx, positions):
+        return torch.zeros(int(positions.sum()), 320)
 
     task = make_task(TaskMeta(name="u"), [Example("Question: What?\nAnswer: ", "Paris is")])
     result = evaluate_task(task, tokenizer, bos_id, uniform, max_len=96)
     assert result.loss == pytest.approx(math.log(320), rel=1e-6)
+
+
+def test_logits_at_equals_the_full_forward_at_those_positions(tiny_model):
+    idx = torch.randint(0, 320, (3, 20), generator=torch.Generator().manual_seed(0))
+    positions = torch.zeros(3, 20, dtype=torch.bool)
+    positions[0, 5:9] = positions[2, 19] = True
+    for r in (1, 3):
+        with torch.no_grad():
+            assert torch.allclose(tiny_model.logits_at(idx, positions, r=r), tiny_model(idx, r=r)[positions],
+                                  atol=1e-5)
+
+
+def test_shots_are_reduced_until_at_most_ten_percent_of_prompts_are_cut(tokenizer, bos_id, model_factory):
+    rng = random.Random(0)
+    words = ["loop", "model", "block", "same", "keeps"]
+    examples = [Example("Question: " + " ".join(rng.choices(words, k=rng.randint(2, 6))) + "?\nAnswer: ",
+                        str(i)) for i in range(20)]
+    task = make_task(TaskMeta(name="long", shots=5), examples)
+    model = model_factory(seq_len=256)
+    result = evaluate_task(task, tokenizer, bos_id, model_logits_fn(model), max_len=90)
+    assert result.shots_requested == 5 and result.shots == 2
+    assert result.n_sequences == 20 and result.n_truncated == 1
+
+    def cut(shots):
+        pairs = [(render_context(task, i, shots), e.continuation) for i, e in enumerate(task.scored)]
+        return sum(s.truncated for s in encode_pairs(tokenizer, bos_id, pairs, 90))
+
+    assert cut(3) > 2 and cut(2) == 1  # 2 is the most shots with at most 10% of the prompts cut
+    roomy = evaluate_task(task, tokenizer, bos_id, model_logits_fn(model), max_len=256)
+    assert roomy.shots == 5 and roomy.n_truncated == 0

@@ -152,3 +152,29 @@ def test_registered_model_loads_a_checkpoint_from_model_args(trained_run):
     assert lm.r == 3 and lm.loaded.r_train == 2 and lm.max_length == 48
     (ll, greedy), = lm.loglikelihood([Request("Question: What is the capital of France?\nAnswer:", " Paris")])
     assert ll < 0 and isinstance(greedy, bool)
+
+
+def test_generate_until_keeps_half_the_context_and_stops_while_decoding(loaded, monkeypatch):
+    lm = LoopscaleLM.from_loaded(loaded)
+    calls = []
+    generate = loaded.model.generate
+
+    def recording(idx, max_new, **kwargs):
+        out = generate(idx, max_new, **kwargs)
+        calls.append((idx.size(1), max_new, out.size(1) - idx.size(1)))
+        return out
+
+    monkeypatch.setattr(loaded.model, "generate", recording)
+    long_context = "The looping model keeps looping over the same block. " * 6
+    (free,) = lm.generate_until([Request(long_context, {"until": [], "max_gen_toks": 100})])
+    assert calls[-1] == (12, 12, 12)  # T = 24: at most T/2 new tokens, the prompt keeps the last 12
+    first = loaded.tokenizer.decode(loaded.tokenizer.encode(free, add_special_tokens=False).ids[:2])
+    assert first.strip()
+    (text,) = lm.generate_until([Request(long_context, {"until": [first], "max_gen_toks": 100})])
+    assert text == free[: free.index(first)] and calls[-1][2] <= 2  # stopped at the stop string
+
+
+def test_model_generate_stops_when_asked(loaded):
+    prompt = torch.tensor([[loaded.bos_id, 5, 6]])
+    out = loaded.model.generate(prompt, 10, stop=lambda new: new.size(1) == 3)
+    assert out.shape == (1, 6) and torch.equal(out, loaded.model.generate(prompt, 3))

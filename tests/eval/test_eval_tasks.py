@@ -10,7 +10,7 @@ import pytest
 from loopscale.errors import UserError
 from loopscale.eval.axes import AXES, PAPER_TASKS, MissingTask, load_tasks, select, summarize
 from loopscale.eval.continuation import TaskResult
-from loopscale.eval.tasks import Example, fewshot_examples, load_task_file
+from loopscale.eval.tasks import Example, TaskMeta, fewshot_examples, load_task_file
 
 
 def write_jsonl(path, rows, header=None):
@@ -106,12 +106,12 @@ def test_default_evaluation_generates_synthetic_tasks_and_reports_the_rest_missi
     assert {m.name for m in missing} == set(PAPER_TASKS) - {t.name for t in tasks}
 
 
-def _result(name, axis, loss, acc=0.5):
-    return TaskResult(name, axis, "lm", 0, 10, 20, loss, acc, 0, "test")
+def _result(name, axis, loss, acc=0.5, deviation=""):
+    return TaskResult(name, axis, "lm", 0, 10, 20, loss, acc, 0, "test", deviation=deviation)
 
 
 def test_axis_is_unweighted_mean_and_missing_tasks_are_reported():
-    results = [_result("triviaqa", "parametric_knowledge", 3.0),
+    results = [_result("triviaqa", "parametric_knowledge", 3.0, deviation="a subset"),
                _result("nq_open", "parametric_knowledge", 2.0),
                _result("svamp", "math_word_problems", 1.0, acc=0.25), _result("mine", "custom", 4.0)]
     missing = [MissingTask("webquestions", "parametric_knowledge", "no file"),
@@ -121,9 +121,23 @@ def test_axis_is_unweighted_mean_and_missing_tasks_are_reported():
     assert axes["parametric_knowledge"]["loss"] == pytest.approx(2.5)
     assert axes["parametric_knowledge"]["missing"] == ["webquestions"]
     assert not axes["parametric_knowledge"]["complete"]
-    assert axes["math_word_problems"] == {"loss": 1.0, "accuracy": 0.25, "tasks": ["svamp"], "missing": [],
-                                          "complete": True}
+    assert axes["parametric_knowledge"]["standins"] == ["triviaqa"]
+    assert axes["math_word_problems"] == {"loss": 1.0, "accuracy": 0.25, "tasks": ["svamp"], "standins": [],
+                                          "missing": [], "complete": True}
     assert axes["reading_comprehension"]["loss"] is None
     assert list(axes) == ["parametric_knowledge", "reading_comprehension", "math_word_problems", "custom"]
     assert summary["macro_loss"] == pytest.approx((2.5 + 1.0 + 4.0) / 3)
     assert [m["name"] for m in summary["missing"]] == ["webquestions", "drop"]
+
+
+def test_unicode_line_separators_inside_json_strings_do_not_break_lines(tmp_path):
+    # TriviaQA rc validation, question sfq_3105: U+0085 (NEXT LINE) inside the question, written raw as
+    # json.dumps(..., ensure_ascii=False) does; str.splitlines() used to split the row in two.
+    question = "Complete the title of the Woody Allen directed film 'Vicky Christina \x85."
+    rows = [{"context": f"Question: {question}\nAnswer: ", "continuation": "Barcelona"},
+            {"context": "Question: a\u2028b\u2029c\x1cd\nAnswer: ", "continuation": "e"}]
+    path = tmp_path / "triviaqa.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    task = load_task_file(path, TaskMeta(shots=1))
+    assert sorted(e.continuation for e in task.examples) == ["Barcelona", "e"]
+    assert any(question in e.context for e in task.examples)

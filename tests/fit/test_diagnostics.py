@@ -157,6 +157,24 @@ def test_an_open_profile_makes_phi_unidentified_on_its_own():
     assert "every φ from -3 (the edge) to 1.40 fits about as well as the best one" in diag["verdict"]
 
 
+def test_an_interval_holding_both_zero_and_one_makes_phi_unidentified_inside_the_box():
+    """A CI of [-2.25, 1.09] (a D-only loss on a two-budget grid) never reaches the box edge, but it cannot
+    tell φ = 0 from φ = 1: not identified. [-2.0, 0.7] excludes φ = 1 and passes this check."""
+    main = _fit([3.0, 6.0, 0.4, 0.2, 0.3, 0.57])
+    boot = _bootstrap(np.linspace(-2.25, 1.09, 200))
+    lo, hi = boot["ci"]["phi"]
+    wide = diagnose(main, {"joint": main}, boot, None)
+    assert wide["phi_identified"] is False and wide["checks"]["interval_spans_0_and_1"] is True
+    assert wide["reasons"] == [f"bootstrap CI [{lo:.3f}, {hi:.3f}] contains both phi = 0 and phi = 1"]
+    assert "contains both φ = 0 (a loop adds nothing) and φ = 1" in wide["verdict"]
+    profile = {"interval": [-0.2, 1.3], "open": [False, False], "threshold": 3.841}
+    by_profile = diagnose(main, {"joint": main}, _bootstrap(np.linspace(0.3, 0.9, 200)), profile)
+    assert by_profile["phi_identified"] is False
+    assert by_profile["reasons"] == ["profile interval [-0.200, 1.300] contains both phi = 0 and phi = 1"]
+    narrow = diagnose(main, {"joint": main}, _bootstrap(np.linspace(-2.0, 0.7, 200)), None)
+    assert narrow["phi_identified"] is True and narrow["checks"]["interval_spans_0_and_1"] is False
+
+
 def test_chinchilla_law_has_no_phi_verdict():
     main = _fit([3.0, 6.0, 0.4, 2.5, 0.3, 0.0], form="chinchilla")
     diag = diagnose(main, {}, None, None)

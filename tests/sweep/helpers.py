@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import os
 import sys
+import time
 from pathlib import Path
 
 HOOKS = Path(__file__).parent / "crash_hooks"
@@ -64,6 +65,27 @@ def env_with(pause: str | None = None, markers: Path | None = None) -> dict:
             LOOPSCALE_TEST_MARKERS=str(markers),
         )
     return env
+
+
+def processes_of(folder: Path) -> list[int]:
+    """PIDs of the live processes whose command line names ``folder`` (a sweep's driver and training
+    processes, torchrun and its ranks included)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and str(folder).encode() in (entry / "cmdline").read_bytes():
+                pids.append(int(entry.name))
+        except OSError:  # ended meanwhile
+            continue
+    return pids
+
+
+def wait_until_gone(folder: Path, hang_guard_s: float = 600) -> None:
+    """Wait until no process names ``folder``; fails only as a hang guard (a process that never ends)."""
+    deadline = time.monotonic() + hang_guard_s
+    while processes_of(folder):
+        assert time.monotonic() < deadline, f"processes of {folder} still running: {processes_of(folder)}"
+        time.sleep(0.05)
 
 
 def results(out: Path) -> dict[str, tuple[str, str]]:

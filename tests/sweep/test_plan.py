@@ -248,18 +248,19 @@ def test_plan_formats_agree(capsys):
     assert all(r["run"] in table for r in rows)
 
 
-@pytest.mark.parametrize("name", ["cpu", "demo", "laptop"])
-def test_scaled_presets_are_iso_depth_grids(name):
+@pytest.mark.parametrize(
+    ("name", "n_budgets", "span", "rs"),
+    [("cpu", 3, 5, {1, 2, 4, 8}), ("demo", 3, 4, {1, 8}), ("laptop", 4, 5, {1, 2, 4, 8})],
+)
+def test_scaled_presets_are_iso_depth_grids(name, n_budgets, span, rs):
     spec = preset(name)
     runs = plan_sweep(spec)
     budgets = sorted({r.budget for r in runs})
-    assert len(budgets) >= 3 and budgets[-1] / budgets[0] >= 5
-    assert len({r.r for r in runs}) >= 3
+    assert len(budgets) >= n_budgets and budgets[-1] / budgets[0] >= span
+    assert {r.r for r in runs} == rs
     for run in runs:
         assert run.model.layout().effective_depth == spec.model["depth"]
         assert run.steps >= 10, run.name
-    if name in ("cpu", "laptop"):
-        assert {r.r for r in runs} == {1, 2, 4, 8}
 
 
 def test_laptop_preset_spends_its_flops_on_the_blocks_and_reads_each_token_once():
@@ -324,3 +325,50 @@ def test_estimate_spreads_runs_over_workers():
     doc = json.loads(format_plan(spec, runs, "json", probe))
     expected = sum(r.total_flops / probe.rate(r.width) for r in runs) / 2
     assert doc["estimate"]["seconds"] == pytest.approx(expected, abs=0.1)
+
+
+def test_estimate_adds_each_runs_start_and_final_evaluation():
+    spec = preset("laptop")
+    runs = plan_sweep(spec)
+    probe = ThroughputProbe(
+        flops_per_s={32: 3e10, 96: 6e10},
+        device="cpu",
+        threads=1,
+        workers=2,
+        eval_tokens_per_s={32: 1e5, 96: 2.5e4},
+        val_tokens=131_072,
+        start_seconds=3.0,
+    )
+    run = next(r for r in runs if r.width == 96)
+    assert probe.overhead_seconds(run) == pytest.approx(3.0 + 131_072 / 2.5e4)
+    assert probe.seconds(run) == pytest.approx(run.total_flops / 6e10 + 3.0 + 131_072 / 2.5e4)
+    doc = json.loads(format_plan(spec, runs, "json", probe))
+    assert doc["estimate"]["seconds"] == pytest.approx(sum(probe.seconds(r) for r in runs) / 2, abs=0.1)
+
+
+def test_a_busy_probe_says_its_estimate_is_pessimistic():
+    spec = preset("demo")
+    runs = plan_sweep(spec)
+    base = dict(flops_per_s={16: 1e10}, device="cpu", threads=1, workers=2)
+    busy = format_plan(spec, runs, "table", ThroughputProbe(**base, load_per_core=2.1))
+    idle = format_plan(spec, runs, "table", ThroughputProbe(**base, load_per_core=0.1))
+    assert "busy during the probe (load 2.1 per core)" in busy and "pessimistic" in busy
+    assert "busy" not in idle
+
+
+def test_default_layout_is_one_single_threaded_run_per_core_for_small_cpu_models(monkeypatch):
+    from loopscale.config import replace
+    from loopscale.sweep.plan import ONE_THREAD_MAX_WIDTH, default_layout
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    spec = preset("laptop")
+    runs = plan_sweep(spec)
+    layout = default_layout(spec, runs)
+    assert (layout.workers, layout.threads) == (2, 1)
+    assert default_layout(spec, runs[:1]).workers == 1  # never more workers than runs
+    wide = [r for r in plan_sweep(preset("paper")) if r.width > ONE_THREAD_MAX_WIDTH]
+    assert (default_layout(spec, wide).workers, default_layout(spec, wide).threads) == (1, None)
+    ddp = replace(spec, nproc=2)
+    assert default_layout(ddp, runs).workers == 1
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    assert default_layout(spec, runs).workers == 1

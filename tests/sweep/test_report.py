@@ -25,7 +25,7 @@ from loopscale.report.document import Document, Section
 
 from .helpers import LAW, law_loss, synthetic_sweep
 
-FAILED = "main_C1.26e11_d16_r2"
+FAILED = "main_C8e11_d16_r8"
 
 
 @pytest.fixture(scope="module")
@@ -271,7 +271,7 @@ def test_report_summary_line(tmp_path, capsys):
     assert line.startswith("φ is identified: 0.5")  # the verdict first
     assert re.search(
         r"\. phi = 0\.5\d\d \(bootstrap 95% CI \[0\.\d+, 0\.\d+\], profile-likelihood 95% interval "
-        r"\[0\.\d+, 0\.\d+\]\), R² = 1\.0000, 27 of 27 runs fitted",
+        r"\[0\.\d+, 0\.\d+\]\), R² = 1\.0000, 18 of 18 runs fitted",
         line,
     )
     assert (tmp_path / "r" / "report.html").exists()

@@ -12,12 +12,14 @@ import sys
 import time
 from types import SimpleNamespace
 
+import pytest
 import yaml
 
 from loopscale.sweep import executors
 from loopscale.sweep.rundir import RunState
+from loopscale.train.checkpoint import latest_checkpoint
 
-from .helpers import results, write_spec
+from .helpers import env_with, results, sweep_cmd, write_spec
 from .test_crash_safety import kill_when, metrics_lines
 
 
@@ -107,6 +109,38 @@ def test_a_second_sweep_with_nothing_left_says_so_plainly(tiny_dataset, tmp_path
     assert _exit_code({"a": "failed", "b": "busy"}) == 3
 
 
+def test_two_sweeps_on_one_folder_cooperate(tiny_dataset, tmp_path):
+    """A second `loopscale sweep` on a folder whose runs are all in flight in the first one says so in one
+    line, starts nothing and exits 0; the first finishes every run once."""
+    spec = write_spec(tmp_path, tiny_dataset, budget=2e8)
+    expected = ["main_C2e8_d16_r1", "main_C2e8_d16_r2"]
+    out, markers = tmp_path / "sweep", tmp_path / "markers"
+    markers.mkdir()
+    first = subprocess.Popen(
+        [*sweep_cmd(out, spec), "--workers", "2"],
+        env=env_with("hold", markers),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    while len(list(markers.glob("hold-*"))) < len(expected):  # both runs train, each holding its lock
+        assert first.poll() is None, first.communicate()[1]
+        time.sleep(0.05)
+    second = subprocess.run(sweep("--out", str(out)), env=env_with(), capture_output=True, text=True)
+    (markers / "release").touch()
+    assert second.returncode == 0, second.stderr
+    assert (
+        f"nothing left to run here: 0 run(s) done, 2 running in another sweep process on this folder, "
+        f"which finishes them: {', '.join(expected)}"
+    ) in second.stderr
+    assert all(f"busy {name} (another sweep process is running it)" in second.stderr for name in expected)
+    assert first.wait(timeout=600) == 0, first.communicate()[1]  # hang guard only
+    assert {name: status for name, (status, _) in results(out).items()} == dict.fromkeys(expected, "ok")
+    for name in expected:  # one training process per run: the second sweep started none
+        log = (out / "runs" / name / "train.log").read_text()
+        assert sum(line.startswith("=== ") for line in log.splitlines()) == 1
+
+
 def test_sigint_to_the_driver_is_forwarded_and_the_run_resumes(tiny_dataset, tmp_path, reference):
     spec, expected = reference
     out = tmp_path / "sweep"
@@ -133,6 +167,57 @@ def test_sigint_to_the_driver_is_forwarded_and_the_run_resumes(tiny_dataset, tmp
     rerun = subprocess.run(sweep("--out", str(out)), env=bare_env(), capture_output=True, text=True)
     assert rerun.returncode == 0, rerun.stderr
     assert results(out) == expected
+
+
+def test_a_second_sigint_stops_the_runs_at_once(tiny_dataset, tmp_path):
+    """The first Ctrl-C lets a run finish its step and checkpoint; while it is still busy, a second one is
+    forwarded too and stops it at once, keeping its last checkpoint."""
+    spec = write_spec(tmp_path, tiny_dataset, budget=2e8, rs=(1,))
+    out, markers, log = tmp_path / "sweep", tmp_path / "markers", tmp_path / "stderr"
+    markers.mkdir()
+    with open(log, "w") as stderr:
+        proc = subprocess.Popen(
+            sweep_cmd(out, spec),
+            env=env_with("hold", markers),
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+    run = out / "runs" / "main_C2e8_d16_r1"
+    while not (markers / f"hold-{run.name}").exists():  # the run waits inside its step-10 checkpoint write
+        assert proc.poll() is None, log.read_text()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    while "at their next step boundary" not in log.read_text():  # forwarded; the run is still busy
+        assert proc.poll() is None, log.read_text()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=600) == 130, log.read_text()  # hang guard only
+    err = log.read_text()
+    assert "stopping 1 running run(s) at once" in err and f"resume with `loopscale sweep --out {out}`" in err
+    assert metrics_lines(run / "metrics.jsonl") == 10 and latest_checkpoint(run).name == "step_00000010"
+    assert not (run / "result.json").exists()
+
+
+@pytest.mark.parametrize(
+    "executor, expected",
+    [
+        ("local", "every run keeps its last checkpoint: resume with `loopscale sweep --out {out}`"),
+        ("slurm", "the submitted SLURM tasks keep running (scancel stops them;"),
+    ],
+)
+def test_the_interrupt_line_fits_the_executor(tmp_path, capsys, monkeypatch, executor, expected):
+    from loopscale.cli import main
+    from loopscale.cli import sweep as cli_sweep
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_sweep, "run_sweep", interrupted)
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--out", str(out), "--executor", executor]) == 130
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and expected.format(out=out) in err, err
 
 
 def test_a_long_failure_reason_keeps_its_advice():

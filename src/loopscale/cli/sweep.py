@@ -37,7 +37,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     _add_spec_args(p, required=False)
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
-    p.add_argument("--workers", type=int, default=1, help="concurrent runs the wall-time estimate assumes")
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="concurrent runs the wall-time estimate assumes (default: the layout `loopscale sweep` picks)",
+    )
     p.add_argument(
         "--no-probe", action="store_true", help="skip the throughput probe (no wall-time estimate)"
     )
@@ -51,8 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--workers",
         type=int,
-        help="local: concurrent runs (default 1; a resumed sweep: the count it started with); slurm: max "
-        "concurrent tasks (default 1)",
+        help="local: concurrent runs (default: one single-threaded run per core for CPU sweeps of widths "
+        "<= 128, else 1; a resumed sweep: the count it started with); slurm: max concurrent tasks "
+        "(default 1)",
     )
     p.add_argument(
         "--threads",
@@ -104,14 +109,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "demo",
-        help="the whole pipeline on 2 CPU cores in about 7 minutes (plus about 2 minutes to build the "
-        "corpus on first use): data → sweep → fit → report",
+        help="the whole pipeline on 2 CPU cores in about 6 minutes (plus about 1 minute to build the "
+        "corpus on first use): data → sweep → fit → report on a small version of the laptop design",
     )
     p.add_argument(
         "--out", type=Path, default=DEFAULT_DEMO_OUT, help=f"sweep folder (default {DEFAULT_DEMO_OUT})"
     )
     p.add_argument("--data-root", type=Path, default=Path("data"), help="where the default corpus is built")
-    p.add_argument("--workers", type=int, default=2, help="concurrent runs (one thread each on CPU)")
+    p.add_argument(
+        "--workers", type=int, help="concurrent runs (default: one single-threaded run per CPU core)"
+    )
     _add_fit_args(p)
     p.set_defaults(func=cmd_demo)
 
@@ -129,15 +136,15 @@ def _load(args: argparse.Namespace):
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from loopscale.sweep.plan import format_plan, measure_throughput, plan_sweep
+    from loopscale.sweep.plan import default_layout, format_plan, measure_throughput, plan_sweep
 
     spec = _load(args)
     if spec is None:
         raise UserError("give a SPEC file or --preset NAME")
-    if args.workers < 1:
-        raise UserError(f"--workers must be >= 1, got {args.workers}")
+    _check_counts(args.workers, None)
     runs = plan_sweep(spec)
-    probe = None if args.no_probe else measure_throughput(spec, runs, workers=args.workers)
+    workers = args.workers or default_layout(spec, runs).workers
+    probe = None if args.no_probe else measure_throughput(spec, runs, workers=workers)
     sys.stdout.write(format_plan(spec, runs, args.format, probe))
     return 0
 
@@ -185,7 +192,7 @@ def run_sweep(
     """
     from loopscale.io import atomic_write_json, check_output
     from loopscale.sweep.executors import run_local, run_slurm
-    from loopscale.sweep.rundir import POLICY_FILE, init_sweep, open_sweep, read_policy
+    from loopscale.sweep.rundir import POLICY_FILE, init_sweep, open_sweep, read_policy, run_state
 
     out = Path(out)
     _check_counts(workers, threads)
@@ -196,21 +203,31 @@ def run_sweep(
     runs = init_sweep(spec, out)
     if executor == "slurm":
         return run_slurm(out, runs, slurm, nproc=spec.nproc)
-    workers = workers or (recorded or {}).get("workers") or 1
     override = False
     if recorded is None:
-        threads = _threads(workers, threads)
+        if workers is None and threads is None:
+            from loopscale.sweep.plan import default_layout
+
+            todo = [run for run in runs if run_state(out, run.name).status != "ok"]
+            layout = default_layout(spec, todo)
+            workers, threads = layout.workers, layout.threads
+            print(f"loopscale sweep: layout: {layout.why} (--workers / --threads change it)", file=sys.stderr)
+        else:
+            workers = workers or 1
+            threads = _threads(workers, threads)
         atomic_write_json(out / POLICY_FILE, {"workers": workers, "threads": threads})
-    elif threads is None:
-        threads = recorded.get("threads")
-    elif threads != recorded.get("threads"):
-        override = True
-        started = recorded.get("threads") or "default number of"
-        print(
-            f"loopscale sweep: note: --threads {threads} differs from the {started} thread(s) per run this "
-            "sweep started with; resumed runs will not be bit-identical to an uninterrupted sweep",
-            file=sys.stderr,
-        )
+    else:
+        workers = workers or recorded.get("workers") or 1
+        if threads is None:
+            threads = recorded.get("threads")
+        elif threads != recorded.get("threads"):
+            override = True
+            started = recorded.get("threads") or "default number of"
+            print(
+                f"loopscale sweep: note: --threads {threads} differs from the {started} thread(s) per run "
+                "this sweep started with; resumed runs will not be bit-identical to an uninterrupted sweep",
+                file=sys.stderr,
+            )
     return run_local(
         out, runs, workers=workers, nproc=spec.nproc, threads=threads, override_threads=override
     )
@@ -260,11 +277,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             spec, args.out, executor=args.executor, workers=args.workers, threads=args.threads, slurm=slurm
         )
     except KeyboardInterrupt:
-        print(
-            f"loopscale sweep: interrupted; every run keeps its last checkpoint: resume with "
-            f"`loopscale sweep --out {args.out}`",
-            file=sys.stderr,
-        )
+        if args.executor == "slurm":  # the array job is the scheduler's: it runs on without this process
+            what = (
+                "the submitted SLURM tasks keep running (scancel stops them; a stopped run resumes from its "
+                "last checkpoint): rerun the same command to resume"
+            )
+        else:
+            what = f"every run keeps its last checkpoint: resume with `loopscale sweep --out {args.out}`"
+        print(f"loopscale sweep: interrupted; {what}", file=sys.stderr)
         return 130
     rows, csv_path, _ = collect(args.out)
     print(f"results: {csv_path}")
@@ -284,7 +304,7 @@ def _machine_line(rows: list[dict]) -> str:
     return (
         f"machine use: {use['flops']:.3g} training FLOPs in {use['busy_wall_s'] / 3600:.2f} h busy wall = "
         f"{use['achieved_flops_per_s'] / 1e9:.1f} GFLOP/s, {100 * use['utilisation']:.1f}% of the fp32 "
-        f"matmul peak measured now ({use['peak_flops_per_s'] / 1e9:.0f} GFLOP/s){overhead}"
+        f"matmul peak of this machine (best probe, {use['peak_flops_per_s'] / 1e9:.0f} GFLOP/s){overhead}"
     )
 
 
@@ -354,12 +374,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from loopscale.data import prepare_default
     from loopscale.io import check_output
     from loopscale.report import build_report
-    from loopscale.sweep import preset
+    from loopscale.sweep import plan_sweep, preset
 
     _check_counts(args.workers, None)
     check_output(args.out, "--out", folder=True)
     check_output(args.data_root, "--data-root", folder=True)
     spec = preset("demo")
+    runs = plan_sweep(spec)
+    print(
+        f"loopscale demo: the `demo` preset, a small version of the `laptop` design ({len(runs)} runs, "
+        f"{sum(r.total_flops for r in runs):.2g} training FLOPs, V = {spec.model['vocab_size']:,}, "
+        f"T = {spec.model['seq_len']}): it runs the whole pipeline (data → sweep → fit → report) and "
+        "measures φ at budgets ≈ 1e6× below the paper's, with a wide CI; `loopscale sweep --preset laptop` "
+        "is the laptop-scale measurement"
+    )
     data = prepare_default(args.data_root, vocab_size=spec.model["vocab_size"], seq_len=spec.model["seq_len"])
     spec = _with_data(spec, str(data))
     statuses = run_sweep(spec, args.out, workers=args.workers)

@@ -162,9 +162,22 @@ def _config_source(args: argparse.Namespace) -> str | Path | None:
     return stored if args.resume else None
 
 
+def _die_with_torchrun() -> None:
+    """In a rank started by torchrun (Linux): get SIGKILL when torchrun dies. torchrun starts each rank in
+    a session of its own and a killed torchrun (kill -9, or the sweep executor's death signal) cannot stop
+    them, so without this the ranks of a killed sweep train on as orphans beside its rerun."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG; kept across exec
+
+
 def run(args: argparse.Namespace) -> int:
     from loopscale.io import check_output
 
+    _die_with_torchrun()
     check_output(args.out, "--out", folder=True, deep=True)
     source = _config_source(args)
     maybe_reexec_with_tcmalloc(args.device)

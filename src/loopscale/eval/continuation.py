@@ -16,8 +16,14 @@ scored span always covers the whole continuation as the tokenizer writes it in r
 empty. BOS is prepended. A sequence longer than the model context is cut from the left (the continuation
 is kept whole; a continuation longer than the context is an error).
 
+Shots that do not fit: when more than 10% of a task's sequences would be cut, the task is scored with
+fewer shots, the most that keep the cut share at or below 10% (down to 0), as evaluators of short-context
+models do; the result records both counts and the sequences still cut. The choice depends on the
+tokenizer and the model context only, so every r of a sweep sees identical prompts.
+
 Batching: sequences are sorted by length and right-padded; with causal attention the padding cannot
-influence earlier positions, so batched scores equal one-by-one scores (to float round-off).
+influence earlier positions, so batched scores equal one-by-one scores (to float round-off). Only the
+scored positions are unembedded (``LogitsFn`` receives their mask), under ``torch.inference_mode``.
 """
 
 from __future__ import annotations
@@ -32,8 +38,10 @@ from tokenizers import Tokenizer
 from loopscale.errors import UserError
 from loopscale.eval.tasks import Task, render_context
 
-LogitsFn = Callable[[torch.Tensor], torch.Tensor]  # idx [B, T] int64 → logits [B, T, vocab] (fp32)
+# (idx [B, T] int64, positions [B, T] bool) → fp32 logits [n, vocab] at the n True positions, row-major
+LogitsFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 DEFAULT_BATCH_TOKENS = 8192
+MAX_TRUNCATED_FRACTION = 0.10  # above this share of cut sequences a task is scored with fewer shots
 
 
 @dataclass(frozen=True)
@@ -105,7 +113,7 @@ def _encode(tokenizer: Tokenizer, texts: list[str]):
     return tokenizer.encode_batch(texts, add_special_tokens=False)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def score_sequences(
     sequences: Sequence[ScoredSequence],
     logits_fn: LogitsFn,
@@ -134,11 +142,15 @@ def score_sequences(
             idx[b, :n] = tokens[:-1]
             targets[b, n - seq.n_continuation:n] = tokens[-seq.n_continuation:]
         idx, targets = idx.to(device), targets.to(device)
-        logits = logits_fn(idx).float()
-        ce = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1, reduction="none")
-        loss_sums = ce.view_as(targets).double().sum(dim=1)
         scored = targets != -1
-        greedy = ((logits.argmax(dim=-1) == targets) | ~scored).all(dim=1)
+        gold = targets[scored]
+        logits = logits_fn(idx, scored).float()
+        ce = F.cross_entropy(logits, gold, reduction="none").double()
+        row = scored.nonzero()[:, 0]
+        loss_sums = torch.zeros(len(rows), dtype=torch.float64, device=ce.device).index_add_(0, row, ce)
+        misses = torch.zeros(len(rows), dtype=torch.long, device=ce.device)
+        misses.index_add_(0, row, (logits.argmax(dim=-1) != gold).long())
+        greedy = misses == 0
         for b, (loss_sum, is_greedy) in enumerate(zip(loss_sums.tolist(), greedy.tolist())):
             i = rows[b]
             scores[i] = ContinuationScore(loss_sum, sequences[i].n_continuation, bool(is_greedy))
@@ -146,9 +158,10 @@ def score_sequences(
 
 
 def model_logits_fn(model: torch.nn.Module, r: int | None = None) -> LogitsFn:
-    """Logits of a ``LoopedGPT`` run with ``r`` loops (None: the trained r), in eval mode, no cache."""
+    """Logits of a ``LoopedGPT`` at the given positions with ``r`` loops (None: the trained r), in eval
+    mode, no cache."""
     model.eval()
-    return lambda idx: model(idx, r=r)
+    return lambda idx, positions: model.logits_at(idx, positions, r=r)
 
 
 @dataclass
@@ -158,13 +171,17 @@ class TaskResult:
     name: str
     axis: str
     type: str
-    shots: int
+    shots: int  # shots used (fewer than shots_requested when the prompts did not fit)
     n_examples: int
     n_tokens: int  # scored continuation tokens (gold options for MC)
     loss: float
     accuracy: float  # MC: lowest-mean-loss option is gold; LM: greedy exact match
-    n_truncated: int  # sequences cut from the left to fit the model context
+    n_truncated: int  # sequences cut from the left to fit the model context (with ``shots`` shots)
     source: str
+    shots_requested: int = 0  # the task's shot count (the paper's for a paper task)
+    n_sequences: int = 0  # scored sequences (one per option for MC)
+    deviation: str = ""  # how the task's data differ from the paper's ("" = the paper's)
+    digest: str = ""  # the task's content hash (Task.digest)
 
     def to_dict(self) -> dict:
         return dict(vars(self))
@@ -180,18 +197,9 @@ def evaluate_task(
     max_batch_tokens: int = DEFAULT_BATCH_TOKENS,
     device: str | torch.device = "cpu",
 ) -> TaskResult:
-    """Score every example of ``task`` (all options of an MC item) and aggregate as method §10.1."""
-    owners: list[int] = []  # example index of each scored pair
-    pairs: list[tuple[str, str]] = []
-    for idx, example in enumerate(task.scored):
-        context = render_context(task, idx)
-        for option in example.options:
-            owners.append(idx)
-            pairs.append((context, option))
-    try:
-        sequences = encode_pairs(tokenizer, bos_id, pairs, max_len)
-    except UserError as exc:
-        raise UserError(f"task {task.name!r}: {exc}") from None
+    """Score every example of ``task`` (all options of an MC item) and aggregate as method §10.1, with
+    fewer shots when the prompts do not fit (module docstring)."""
+    shots, owners, sequences = fit_shots(task, tokenizer, bos_id, max_len)
     scores = score_sequences(sequences, logits_fn, max_batch_tokens=max_batch_tokens, pad_id=bos_id,
                              device=device)
     per_example: list[list[ContinuationScore]] = [[] for _ in task.scored]
@@ -211,11 +219,39 @@ def evaluate_task(
         name=task.name,
         axis=task.meta.axis,
         type=task.meta.type,
-        shots=task.meta.shots,
+        shots=shots,
         n_examples=len(task.scored),
         n_tokens=n_tokens,
         loss=loss_sum / n_tokens,
         accuracy=correct / len(task.scored),
         n_truncated=sum(seq.truncated for seq in sequences),
         source=task.source,
+        shots_requested=task.meta.shots,
+        n_sequences=len(sequences),
+        deviation=task.meta.deviation,
+        digest=task.digest,
     )
+
+
+def fit_shots(
+    task: Task, tokenizer: Tokenizer, bos_id: int, max_len: int
+) -> tuple[int, list[int], list[ScoredSequence]]:
+    """(shots, owning example of each sequence, sequences): the task's shot count, lowered one at a time
+    while more than ``MAX_TRUNCATED_FRACTION`` of the sequences would be cut to ``max_len`` tokens."""
+    shots = task.meta.shots
+    while True:
+        owners: list[int] = []  # example index of each scored pair
+        pairs: list[tuple[str, str]] = []
+        for idx, example in enumerate(task.scored):
+            context = render_context(task, idx, shots)
+            for option in example.options:
+                owners.append(idx)
+                pairs.append((context, option))
+        try:
+            sequences = encode_pairs(tokenizer, bos_id, pairs, max_len)
+        except UserError as exc:
+            raise UserError(f"task {task.name!r}: {exc}") from None
+        cut = sum(seq.truncated for seq in sequences)
+        if shots == 0 or cut <= MAX_TRUNCATED_FRACTION * len(sequences):
+            return shots, owners, sequences
+        shots -= 1

@@ -16,7 +16,9 @@ or, from the shell, lm-eval's own command line with the model registered::
 lm-eval's ``batch_size`` is accepted and unused: batches are formed by token count. Requests are scored
 exactly like ``loopscale eval`` (``continuation.encode_pairs`` and ``score_sequences``), log-likelihoods
 in nats. ``generate_until`` decodes greedily with the model's KV-cache ``generate()`` (one cache slot per
-loop iteration, method §2.9) and stops at a stop string or BOS.
+loop iteration, method §2.9): at most ``max_gen_toks`` and at most half the context T new tokens, so the
+prompt keeps at least the last T/2 tokens (its left part is cut); decoding stops as soon as the text holds
+a stop string, or at BOS.
 """
 
 from __future__ import annotations
@@ -122,16 +124,22 @@ class LoopscaleLM(LM):
                 raise UserError("the loopscale lm-eval model decodes greedily only; set do_sample: false")
             until = gen_kwargs.get("until") or []
             until = [until] if isinstance(until, str) else list(until)
-            max_new = min(int(gen_kwargs.get("max_gen_toks", self.max_gen_toks)), self.max_length - 1)
+            max_new = min(int(gen_kwargs.get("max_gen_toks", self.max_gen_toks)), self.max_length // 2)
             prompt = [bos, *self._encode(context)][-(self.max_length - max_new):]
             idx = torch.tensor([prompt], dtype=torch.long, device=self.loaded.device)
+            stops = [s for s in until if s]
+
+            def done(new: torch.Tensor, stops: list[str] = stops) -> bool:
+                ids = new[0].tolist()
+                return ids[-1] == bos or any(s in self.loaded.tokenizer.decode(ids) for s in stops)
+
             with torch.no_grad(), self.loaded.autocast():
-                generated = model.generate(idx, max_new, r=self.r)[0, len(prompt):].tolist()
+                generated = model.generate(idx, max_new, r=self.r, stop=done)[0, len(prompt):].tolist()
             if bos in generated:
                 generated = generated[: generated.index(bos)]
             text = self.loaded.tokenizer.decode(generated)
-            for stop in until:
-                if stop and stop in text:
+            for stop in stops:
+                if stop in text:
                     text = text[: text.index(stop)]
             self.cache_hook.add_partial("generate_until", (context, gen_kwargs), text)
             out.append(text)

@@ -3,13 +3,15 @@
 ``eval.json`` (written atomically into each run folder by ``eval-sweep``, or wherever ``--json`` says)::
 
     {"checkpoint": ..., "r": r_eval, "r_train": ..., "tokenizer": ...,
-     "settings": {"selection": [...], "max_examples": ..., "shuffle_seed": 1337, "fewshot_seed": 1234},
-     "tasks": {name: {loss, accuracy, n_examples, n_tokens, axis, type, shots, n_truncated, source}},
-     "axes": {axis: {loss, accuracy, tasks, missing, complete}},
+     "settings": {"selection": [...], "max_examples": ..., "task_dir": ..., "r_requested": ...,
+                 "task_set": {name: digest}, "shuffle_seed": 1337, "fewshot_seed": 1234},
+     "tasks": {name: {loss, accuracy, n_examples, n_tokens, axis, type, shots, shots_requested,
+                      n_truncated, n_sequences, source, deviation, digest}},
+     "axes": {axis: {loss, accuracy, tasks, standins, missing, complete}},
      "macro_loss": ..., "missing": [{name, axis, reason}]}
 
 Losses are per-token continuation losses in nats (method §10.1). The sweep's ``collect`` turns
-``axes[*].loss`` into ``axis_<name>`` columns.
+``axes[*].loss`` into ``axis_<name>`` columns and records each axis's task list next to them.
 """
 
 from __future__ import annotations
@@ -17,16 +19,23 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer
 
+from loopscale.config import from_dict
 from loopscale.errors import UserError
 from loopscale.eval.axes import PAPER_TASKS, MissingTask, summarize
-from loopscale.eval.continuation import DEFAULT_BATCH_TOKENS, LogitsFn, evaluate_task, model_logits_fn
+from loopscale.eval.continuation import (
+    DEFAULT_BATCH_TOKENS,
+    LogitsFn,
+    TaskResult,
+    evaluate_task,
+    model_logits_fn,
+)
 from loopscale.eval.tasks import FEWSHOT_SEED, SHUFFLE_SEED, Task
 from loopscale.io import atomic_write_json
 
@@ -64,12 +73,13 @@ class EvalModel:
         return torch.autocast("cuda", dtype=torch.bfloat16, enabled=str(self.device).startswith("cuda"))
 
     def logits_fn(self, r: int) -> LogitsFn:
-        """idx [B, T] → fp32 logits [B, T, vocab] with ``r`` loops (full sequences, no KV cache)."""
+        """(idx [B, T], positions [B, T]) → fp32 logits [n, vocab] at the positions, with ``r`` loops
+        (full sequences, no KV cache)."""
         base = model_logits_fn(self.model, r)
 
-        def logits(idx):
+        def logits(idx, positions):
             with self.autocast():
-                return base(idx)
+                return base(idx, positions)
 
         return logits
 
@@ -106,7 +116,7 @@ def load_eval_model(checkpoint: str | Path, tokenizer: str | Path | None = None,
     vocab_size = model.cfg.vocab_size
     dataset = None
     with contextlib.suppress(UserError):
-        dataset = PackedDataset(cfg.data.path)
+        dataset = PackedDataset(resolve_data_path(cfg.data.path, checkpoint))
     trained_path = dataset.tokenizer_path if dataset is not None else None
     if tokenizer is None and trained_path is None:
         raise UserError(
@@ -134,6 +144,20 @@ def load_eval_model(checkpoint: str | Path, tokenizer: str | Path | None = None,
     return EvalModel(model, tok, bos_id, checkpoint, tok_path, device)
 
 
+def resolve_data_path(data_path: str | Path, checkpoint: str | Path) -> Path:
+    """A run config's ``data.path``: an absolute path as it is; a relative one against the checkpoint's
+    folder and each folder above it (run folder, sweep root, the folder the sweep was started from),
+    the first that exists, else against the current directory."""
+    path = Path(data_path)
+    if path.is_absolute():
+        return path
+    start = Path(checkpoint).resolve()
+    for base in (start, *start.parents):
+        if (base / path).exists():
+            return base / path
+    return path
+
+
 def evaluate_model(
     loaded: EvalModel,
     tasks: Sequence[Task],
@@ -143,15 +167,23 @@ def evaluate_model(
     max_batch_tokens: int = DEFAULT_BATCH_TOKENS,
     settings: dict | None = None,
     progress=None,
+    reuse: Mapping[str, TaskResult] | None = None,
 ) -> dict:
     """Evaluate ``tasks`` with ``r`` loops (None: the trained r); the eval.json document (module docstring).
 
-    ``progress(task_result)`` is called after each task.
+    ``reuse`` holds results of an earlier evaluation with the same settings, by task name; a task whose
+    digest matches is taken from it instead of being scored again. ``progress(task_result)`` is called
+    after each task scored.
     """
     r_eval = loaded.resolve_r(r)
     logits_fn = loaded.logits_fn(r_eval)
+    reuse = reuse or {}
     results = []
     for task in tasks:
+        earlier = reuse.get(task.name)
+        if earlier is not None and earlier.digest == task.digest:
+            results.append(earlier)
+            continue
         result = evaluate_task(task, loaded.tokenizer, loaded.bos_id, logits_fn, max_len=loaded.seq_len,
                                max_batch_tokens=max_batch_tokens, device=loaded.device)
         if not math.isfinite(result.loss):
@@ -165,41 +197,59 @@ def evaluate_model(
         "r": r_eval,
         "r_train": loaded.r_train,
         "tokenizer": str(loaded.tokenizer_path) if loaded.tokenizer_path else None,
-        "settings": {**(settings or {}), "shuffle_seed": SHUFFLE_SEED, "fewshot_seed": FEWSHOT_SEED},
+        "settings": {**(settings or {}), "task_set": {task.name: task.digest for task in tasks},
+                     "shuffle_seed": SHUFFLE_SEED, "fewshot_seed": FEWSHOT_SEED},
         "tasks": {res.name: res.to_dict() for res in results},
         **summarize(results, missing),
     }
 
 
 def format_report(report: dict) -> str:
-    """Per-task and per-axis table of an eval.json document (losses in nats per continuation token)."""
+    """Per-task and per-axis table of an eval.json document (losses in nats per continuation token).
+
+    ``shots`` shows used/requested when the prompts did not fit; ``cut`` is the share of sequences cut
+    from the left to the model context; a ``*`` marks a task whose data differ from the paper's (listed
+    under the table with how)."""
     lines = [f"checkpoint {report['checkpoint']}  r_eval={report['r']} (trained r={report['r_train']})", ""]
-    lines.append(f"{'task':<26}{'axis':<24}{'type':<5}{'shots':>5}{'n':>7}{'tokens':>9}{'loss':>9}{'acc':>7}"
-                 "  source")
-    tasks = report["tasks"]
+    lines.append(f"{'task':<26}{'axis':<24}{'type':<5}{'shots':>6}{'n':>7}{'tokens':>9}{'loss':>9}{'acc':>7}"
+                 f"{'cut':>6}  source")
+    tasks, reasons = report["tasks"], {m["name"]: m["reason"] for m in report["missing"]}
     for axis, entry in report["axes"].items():
         for name in entry["tasks"]:
             t = tasks[name]
-            label = PAPER_TASKS[name].label if name in PAPER_TASKS else name
+            label = _label(name) + ("*" if t["deviation"] else "")
+            requested = t["shots_requested"]
+            shots = f"{t['shots']}/{requested}" if t["shots"] != requested else str(t["shots"])
+            cut = t["n_truncated"] / t["n_sequences"]
             source = "generated" if t["source"].startswith("generated") else Path(t["source"]).name
-            lines.append(f"{label:<26}{axis:<24}{t['type']:<5}{t['shots']:>5}{t['n_examples']:>7}"
-                         f"{t['n_tokens']:>9}{t['loss']:>9.4f}{t['accuracy']:>7.3f}  {source}")
+            lines.append(f"{label:<26}{axis:<24}{t['type']:<5}{shots:>6}{t['n_examples']:>7}{t['n_tokens']:>9}"
+                         f"{t['loss']:>9.4f}{t['accuracy']:>7.3f}{cut:>6.0%}  {source}")
         for name in entry["missing"]:
-            label = PAPER_TASKS[name].label if name in PAPER_TASKS else name
-            lines.append(f"{label:<26}{axis:<24}{'missing (no task file)':>37}")
+            lines.append(f"{_label(name):<26}{axis:<24}missing: {reasons.get(name, 'no task file')}")
     lines += ["", f"{'axis':<26}{'loss':>9}{'acc':>7}  tasks"]
     for axis, entry in report["axes"].items():
         n_ran, n_all = len(entry["tasks"]), len(entry["tasks"]) + len(entry["missing"])
         coverage = f"{n_ran}/{n_all}"
         if not entry["complete"]:
             coverage += f", missing {', '.join(entry['missing'])}"
+        if entry["standins"]:
+            coverage += f"; stand-in data: {', '.join(entry['standins'])}"
         if entry["loss"] is None:
             lines.append(f"{axis:<26}{'-':>9}{'-':>7}  {coverage}")
         else:
             lines.append(f"{axis:<26}{entry['loss']:>9.4f}{entry['accuracy']:>7.3f}  {coverage}")
     if report["macro_loss"] is not None:
         lines.append(f"{'macro (mean of axes)':<26}{report['macro_loss']:>9.4f}")
-    return "\n".join(lines)
+    notes = [f"* {_label(name)}: {t['deviation']}" for name, t in tasks.items() if t["deviation"]]
+    reduced = [name for name, t in tasks.items() if t["shots"] != t["shots_requested"]]
+    if reduced:
+        notes.append("fewer shots than requested, as more than 10% of the prompts would be cut to the model "
+                     f"context: {', '.join(reduced)}")
+    return "\n".join(lines + ([""] + notes if notes else []))
+
+
+def _label(name: str) -> str:
+    return PAPER_TASKS[name].label if name in PAPER_TASKS else name
 
 
 def eval_sweep(
@@ -216,9 +266,13 @@ def eval_sweep(
     log=print,
 ) -> dict[str, int]:
     """Evaluate every finished (status ok) run of a sweep folder (``SWEEP_DIR/runs/NAME``), writing
-    ``eval.json`` atomically into each run folder; failed and unfinished runs are skipped. Resumable: a
-    run whose eval.json has the same settings (task selection, cap, task folder, requested r) is not
-    evaluated again unless ``force``. Returns counts of evaluated / done / skipped runs."""
+    ``eval.json`` atomically into each run folder; failed and unfinished runs are skipped.
+
+    Resumable by task: a run whose eval.json has the same settings (task selection, cap, task folder,
+    requested r) keeps the results of every task whose content digest is unchanged and scores only the
+    tasks that are new or changed (a task file added or rewritten by ``loopscale eval prepare``); a run
+    with nothing new is "done". ``force`` scores everything again. Returns counts of evaluated / done /
+    skipped runs."""
     from loopscale.sweep.rundir import run_dir, run_state
 
     root = Path(sweep_dir)
@@ -226,6 +280,7 @@ def eval_sweep(
         raise UserError(f"{root} is not a sweep folder (no runs/ folder); run `loopscale sweep` first")
     names = sorted(p.name for p in (root / "runs").iterdir() if p.is_dir())
     settings = {**(settings or {}), "r_requested": r}
+    wanted = {task.name: task.digest for task in tasks}
     counts = {"evaluated": 0, "done": 0, "skipped": 0}
     for name in names:
         state = run_state(root, name)
@@ -234,28 +289,44 @@ def eval_sweep(
             counts["skipped"] += 1
             continue
         out = run_dir(root, name) / EVAL_FILE
-        if not force and _has_settings(out, settings):
+        earlier = {} if force else reusable_results(out, settings)
+        if {n: res.digest for n, res in earlier.items()} == wanted and _same_missing(out, missing):
             log(f"{name}: done ({out})")
             counts["done"] += 1
             continue
         loaded = load_eval_model(run_dir(root, name), tokenizer, device)
         report = evaluate_model(loaded, tasks, missing, r=r, max_batch_tokens=max_batch_tokens,
-                                settings=settings)
+                                settings=settings, reuse=earlier)
         atomic_write_json(out, report)
-        macro = report["macro_loss"]
-        log(f"{name}: r={report['r']} macro loss {macro:.4f} nats -> {out}")
+        kept = sum(1 for n, digest in wanted.items() if n in earlier and earlier[n].digest == digest)
+        log(f"{name}: r={report['r']} macro loss {report['macro_loss']:.4f} nats ({len(tasks) - kept} "
+            f"task(s) scored, {kept} kept) -> {out}")
         counts["evaluated"] += 1
     return counts
 
 
-def _has_settings(path: Path, settings: dict) -> bool:
-    """True if ``path`` is a complete eval.json produced with ``settings`` (a corrupt file is redone)."""
-    if not path.is_file():
-        return False
+def reusable_results(path: Path, settings: dict) -> dict[str, TaskResult]:
+    """The task results of eval.json ``path`` if it was produced with ``settings``, by task name; {} when
+    the file is absent, corrupt or from other settings (then everything is scored again)."""
     try:
         existing = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return False
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return {}
     if not isinstance(existing, dict) or not isinstance(existing.get("settings"), dict):
+        return {}
+    if any(existing["settings"].get(key) != value for key, value in settings.items()):
+        return {}
+    results = {}
+    for name, entry in (existing.get("tasks") or {}).items():
+        with contextlib.suppress(UserError):
+            results[name] = from_dict(TaskResult, entry, f"{path}: task {name}")
+    return results
+
+
+def _same_missing(path: Path, missing: Sequence[MissingTask]) -> bool:
+    """True if eval.json ``path`` lists exactly ``missing`` (a reason may change without a rerun)."""
+    try:
+        listed = json.loads(path.read_text()).get("missing") or []
+    except (OSError, ValueError, AttributeError):
         return False
-    return all(existing["settings"].get(key) == value for key, value in settings.items())
+    return sorted(m.get("name") for m in listed if isinstance(m, dict)) == sorted(m.name for m in missing)

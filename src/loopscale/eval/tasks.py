@@ -24,10 +24,12 @@ the scored continuation follows it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from loopscale.config import from_dict
 from loopscale.errors import UserError
@@ -53,6 +55,8 @@ class TaskMeta:
     continuation_delimiter: str = " "
     fewshot_separator: str = "\n\n"
     source: str = ""  # free text: where the data came from
+    deviation: str = ""  # how the data differ from the paper's (a subset, another copy); "" = the paper's
+    provenance: dict[str, Any] = field(default_factory=dict)  # package, version, members, licence, rows
 
     def validate(self) -> None:
         if self.type not in TASK_TYPES:
@@ -102,6 +106,7 @@ class Task:
     fewshot_pool: list[Example] | None = None  # None: shots come from ``examples`` (excluding the item)
     source: str = ""  # file path, or a description of the generator and its seed
     n_scored: int | None = None  # None: every example
+    digest: str = ""  # sha256 of the metadata and all examples: what eval-sweep's resume compares
 
     @property
     def name(self) -> str:
@@ -142,13 +147,19 @@ def make_task(
         )
     n_scored = max_examples if max_examples < len(examples) else None
     return Task(meta=meta, examples=examples, fewshot_pool=fewshot_pool or None, source=source,
-                n_scored=n_scored)
+                n_scored=n_scored, digest=_digest(meta, examples, fewshot_pool or []))
 
 
-def fewshot_examples(task: Task, idx: int) -> list[Example]:
-    """The shots of scored example ``idx``: ``random.Random(1234 + idx)`` draws ``shots`` distinct examples
-    from the few-shot pool, or from the task's examples excluding ``idx`` itself."""
-    shots = task.meta.shots
+def _digest(meta: TaskMeta, examples: list[Example], pool: list[Example]) -> str:
+    """sha256 of everything that defines a task's prompts and scores (not where it was read from)."""
+    content = [vars(meta), [vars(e) for e in examples], [vars(e) for e in pool]]
+    return hashlib.sha256(json.dumps(content, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def fewshot_examples(task: Task, idx: int, shots: int | None = None) -> list[Example]:
+    """The shots of scored example ``idx``: ``random.Random(1234 + idx)`` draws ``shots`` (default: the
+    task's) distinct examples from the few-shot pool, or from the task's examples excluding ``idx``."""
+    shots = task.meta.shots if shots is None else shots
     if shots == 0:
         return []
     rng = random.Random(FEWSHOT_SEED + idx)
@@ -158,8 +169,9 @@ def fewshot_examples(task: Task, idx: int) -> list[Example]:
     return [task.examples[i] for i in rng.sample(others, shots)]
 
 
-def render_context(task: Task, idx: int) -> str:
-    """The prompt text that precedes the scored continuation(s) of example ``idx`` (shots included).
+def render_context(task: Task, idx: int, shots: int | None = None) -> str:
+    """The prompt text that precedes the scored continuation(s) of example ``idx`` with ``shots`` shots
+    (default: the task's).
 
     It ends with the continuation delimiter; ``continuation.encode_pair`` moves trailing whitespace
     into the continuation before tokenising.
@@ -167,7 +179,7 @@ def render_context(task: Task, idx: int) -> str:
     meta = task.meta
     delim = meta.continuation_delimiter
     parts = [f"{shot.context.strip()}{delim}{shot.continuation}{meta.fewshot_separator}"
-             for shot in fewshot_examples(task, idx)]
+             for shot in fewshot_examples(task, idx, shots)]
     parts.append(f"{task.examples[idx].context.strip()}{delim}")
     return "".join(parts)
 
@@ -184,7 +196,7 @@ def load_task_file(
     if not path.is_file():
         raise UserError(f"task file not found: {path}")
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = _read_lines(path)
     except UnicodeDecodeError:
         raise UserError(f"{path}: not a UTF-8 text file; task files are JSON Lines") from None
     meta_fields = dict(vars(defaults)) if defaults is not None else {}
@@ -219,6 +231,13 @@ def load_task_file(
     if not examples:
         raise UserError(f"{path}: task {meta.name!r} has no examples to score")
     return make_task(meta, examples, pool or None, source=str(path), max_examples=max_examples)
+
+
+def _read_lines(path: Path) -> list[str]:
+    """The file's lines, broken at "\n" only: JSON strings may hold U+0085, U+2028 and other characters
+    that ``str.splitlines`` would treat as line breaks (real TriviaQA questions contain U+0085)."""
+    with open(path, encoding="utf-8", newline="\n") as f:
+        return list(f)
 
 
 def _example(record: ExampleRecord, task_type: str, where: str) -> Example:

@@ -7,7 +7,10 @@ when any of these holds (each adds a line to ``reasons``):
 - the φ-free joint fit puts φ at a bound;
 - the bootstrap's φ CI touches a bound;
 - more than 5% of the bootstrap refits put φ at a bound;
-- the profile-likelihood interval (``fit.profile``) is open at an end.
+- the profile-likelihood interval (``fit.profile``) is open at an end;
+- the bootstrap CI or the profile interval contains both φ = 0 (a loop adds nothing beyond the unique
+  blocks it reuses) and φ = 1 (each loop is worth a full unique block): the runs cannot tell the two
+  reference answers apart, even if the interval stops short of the box edge.
 
 Other parameters at a bound are also listed in ``reasons`` (they do not by themselves make φ
 unidentified); when E, α or β sits on its bound the verdict says the law's shape is not pinned down.
@@ -109,6 +112,22 @@ def diagnose(
                         f"{k} of {n} bootstrap refits put φ on the edge of the allowed range",
                     )
                 )
+        intervals = []
+        if boot_phi:
+            level = f"{100 * bootstrap['level']:.0f}%"
+            intervals.append(("bootstrap CI", f"{level} bootstrap CI", bootstrap["ci"]["phi"]))
+        if profile is not None and not checks.get("profile_open"):
+            intervals.append(("profile interval", "profile interval", profile["interval"]))
+        spans = [(short, long, ci) for short, long, ci in intervals if ci[0] <= 0.0 and ci[1] >= 1.0]
+        checks["interval_spans_0_and_1"] = bool(spans)
+        for short, long, (lo, hi) in spans[:1]:
+            phi_reasons.append(
+                (
+                    f"{short} [{lo:.3f}, {hi:.3f}] contains both phi = 0 and phi = 1",
+                    f"its {long} [{lo:.2f}, {hi:.2f}] contains both φ = 0 (a loop adds nothing) and φ = 1 "
+                    "(a loop is worth a unique block)",
+                )
+            )
         reasons += [short for short, _ in phi_reasons]
     others = [name for name in point if name != "phi"]
     for name in others:

@@ -26,6 +26,7 @@ logits and the softcap are always computed in fp32.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn as nn
@@ -269,9 +270,23 @@ class LoopedGPT(nn.Module):
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1, reduction=reduction)
         return loss if reduction == "mean" else loss.view_as(targets)
 
+    def logits_at(self, idx: torch.Tensor, positions: torch.Tensor, *, r: int | None = None) -> torch.Tensor:
+        """fp32 softcapped logits [n, vocab_size] at the n True entries of ``positions`` [B, T] (row-major
+        order), the same values as ``forward(idx, r=r)[positions]``. Scoring a continuation needs only its
+        few positions, and for a small model the unembedding is a large share of the forward pass."""
+        return self._logits(self._hidden(idx, self._loops(r), None, 0)[positions])
+
     @torch.no_grad()
-    def generate(self, idx: torch.Tensor, max_new_tokens: int, *, r: int | None = None) -> torch.Tensor:
-        """Greedy decoding: returns [B, T0 + max_new_tokens] token ids.
+    def generate(
+        self,
+        idx: torch.Tensor,
+        max_new_tokens: int,
+        *,
+        r: int | None = None,
+        stop: Callable[[torch.Tensor], bool] | None = None,
+    ) -> torch.Tensor:
+        """Greedy decoding: returns [B, T0 + n] token ids, n = max_new_tokens unless ``stop(new)`` (called
+        with the [B, n] tokens generated so far after each step) returned True earlier.
 
         The KV cache holds one slot per layer *application*, so loop i of a new token attends to the
         loop-i keys/values of earlier tokens, exactly as in the full forward pass (method §2.9).
@@ -298,4 +313,6 @@ class LoopedGPT(nn.Module):
             pos += step_input.size(1)
             out = torch.cat([out, next_token], dim=1)
             step_input = next_token
+            if stop is not None and stop(out[:, idx.size(1):]):
+                break
         return out

@@ -31,7 +31,7 @@ from loopscale.fit.table import SkippedRunsWarning
 from loopscale.io import atomic_write, atomic_write_json, atomic_write_text
 from loopscale.paper import JOINT_FIT, PHI_CI
 from loopscale.report.document import Bullets, Document, Image, Pre, Section, Table
-from loopscale.sweep.collect import collect, read_results
+from loopscale.sweep.collect import NO_TASKS, TASKS_PREFIX, collect, read_results
 from loopscale.sweep.rundir import open_sweep
 
 PAPER_BUDGETS = "4.64e17–2.15e19 FLOPs"
@@ -235,10 +235,10 @@ def machine_use(rows: list[dict], peak_flops: float | None = None) -> dict:
             if peak_flops is None:
                 import torch
 
-                from loopscale.train.perf import measure_matmul_peak
+                from loopscale.train.perf import peak_flops as cached_peak
 
                 torch.set_num_threads(os.cpu_count() or 1)
-                peak_flops = measure_matmul_peak("cpu", "float32")
+                peak_flops = cached_peak("cpu", "float32")  # the best measured here (re-measured daily)
             out["peak_flops_per_s"] = float(peak_flops)
             out["utilisation"] = out["achieved_flops_per_s"] / peak_flops
     return out
@@ -720,7 +720,33 @@ def _axes_section(rows: list[dict]) -> Section | None:
         "Per-axis continuation loss (nats per gold token; axis = mean of its tasks) of the "
         "compute-optimal run of each (budget, r) cell; – where a run was not evaluated."
     )
-    return Section("Downstream axes at the compute-optimal checkpoints", [note, table])
+    title = "Downstream axes at the compute-optimal checkpoints"
+    return Section(title, [note, table, *_axis_task_lists(rows)])
+
+
+def _axis_task_lists(rows: list[dict]) -> list:
+    """Which tasks each axis number averages (the ``tasks_<axis>`` columns of collect), which of them hold
+    other data than the paper's (``*``), and which of the paper's tasks of that axis had none."""
+    from loopscale.eval.axes import AXES
+
+    lists: dict[tuple[str, str], int] = {}
+    for row in rows:
+        for key, value in row.items():
+            if key.startswith(TASKS_PREFIX) and row["status"] == "ok" and isinstance(value, str):
+                axis = key.removeprefix(TASKS_PREFIX)
+                lists[(axis, value)] = lists.get((axis, value), 0) + 1
+    if not lists:
+        return []
+    body = []
+    for (axis, tasks), runs in sorted(lists.items()):
+        names = set() if tasks == NO_TASKS else {t.rstrip("*") for t in tasks.split()}
+        missing = [t for t in AXES.get(axis, ()) if t not in names]
+        body.append([axis, tasks if names else "–", ", ".join(missing) or "none", str(runs)])
+    table = Table(["axis", "tasks evaluated", "paper tasks without data", "runs"], body)
+    note = ("The tasks behind each axis number. * marks data that differ from the paper's (a subset, another "
+            "copy or a generated stand-in; `loopscale eval prepare` lists how); an axis is comparable across "
+            "runs only with the same task list.")
+    return [note, table]
 
 
 def _axis_plots(rows: list[dict], out_dir: Path) -> list[Path]:

@@ -4,7 +4,9 @@ One row per planned run, always: finished runs carry their final validation loss
 carry ``status = failed`` and a reason (non-finite loss, out of memory, killed, …); runs that have not
 finished carry ``status = pending`` and say whether they never started or were interrupted. There are no
 silent gaps. If ``eval.json`` exists in a run folder (``loopscale eval-sweep``), its per-axis continuation
-losses become ``axis_<name>`` columns.
+losses become ``axis_<name>`` columns, and the tasks each one averages become ``tasks_<name>`` columns
+(space-separated task names; a ``*`` marks a task whose data differ from the paper's, e.g. a subset;
+``-`` an axis that was evaluated but none of whose tasks had data).
 """
 
 from __future__ import annotations
@@ -32,10 +34,13 @@ RESULT_COLUMNS = tuple(c for c in PLAN_COLUMNS if c != "total_flops") + (
     "finished_at",
 )
 EVAL_FILE = "eval.json"
+TASKS_PREFIX = "tasks_"  # text columns: the tasks behind each axis_<name> number
+NO_TASKS = "-"  # an evaluated axis none of whose tasks had data (an unevaluated run leaves the cell empty)
 
 
-def _axis_losses(folder: Path) -> dict[str, float]:
-    """Per-axis continuation losses (nats) from eval.json: ``{"axes": {name: loss | {"loss": loss}}}``."""
+def _axis_losses(folder: Path) -> dict[str, float | str]:
+    """Per-axis continuation losses (nats) from eval.json: ``{"axes": {name: loss | {"loss": loss}}}``,
+    and each axis's task list (``tasks`` and ``standins`` of the axis entry) when the file has one."""
     path = folder / EVAL_FILE
     if not path.exists():
         return {}
@@ -46,6 +51,10 @@ def _axis_losses(folder: Path) -> dict[str, float]:
     for name, value in axes.items():
         loss = value.get("loss") if isinstance(value, dict) else value
         out[f"axis_{name}"] = float(loss) if loss is not None else math.nan
+        if isinstance(value, dict) and isinstance(value.get("tasks"), list):
+            standins = set(value.get("standins") or [])
+            listed = " ".join(t + "*" * (t in standins) for t in value["tasks"])
+            out[f"{TASKS_PREFIX}{name}"] = listed or NO_TASKS
     return out
 
 
@@ -81,7 +90,8 @@ def collect_rows(root: str | Path) -> list[dict]:
 
 def _columns(rows: list[dict]) -> list[str]:
     axes = sorted({key for row in rows for key in row if key.startswith("axis_")})
-    return [*RESULT_COLUMNS, *axes]
+    tasks = sorted({key for row in rows for key in row if key.startswith(TASKS_PREFIX)})
+    return [*RESULT_COLUMNS, *axes, *tasks]
 
 
 def write_results(root: str | Path, rows: list[dict], out: str | Path | None = None) -> tuple[Path, Path]:
@@ -95,11 +105,16 @@ def write_results(root: str | Path, rows: list[dict], out: str | Path | None = N
     writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({key: _csv_value(row.get(key, math.nan)) for key in columns})
+        writer.writerow({key: _csv_value(row.get(key, _absent(key))) for key in columns})
     csv_path = atomic_write_text(out / "results.csv", buf.getvalue())
-    table = pa.table({key: [row.get(key, math.nan) for row in rows] for key in columns})
+    table = pa.table({key: [row.get(key, _absent(key)) for row in rows] for key in columns})
     parquet_path = atomic_write(out / "results.parquet", lambda tmp: pq.write_table(table, tmp))
     return csv_path, parquet_path
+
+
+def _absent(column: str) -> float | None:
+    """The value of a column a row lacks: NaN for numbers, None for a task list (an unevaluated run)."""
+    return None if column.startswith(TASKS_PREFIX) else math.nan
 
 
 def _csv_value(value: object) -> object:
@@ -127,7 +142,7 @@ def read_results(path: str | Path) -> list[dict]:
         row: dict = {}
         try:
             for key, value in record.items():
-                if key in _TEXT_COLUMNS:
+                if key in _TEXT_COLUMNS or key.startswith(TASKS_PREFIX):
                     row[key] = value or None
                 elif key in _INT_COLUMNS:
                     row[key] = int(float(value)) if value not in ("", None) else None

@@ -46,6 +46,12 @@ def _die_with_parent() -> None:
     os.setpgrp()
 
 
+# Seconds torchrun gives its ranks to finish the current step and write a checkpoint after a forwarded
+# interrupt before it kills them (its default, 30 s, is shorter than one step plus a checkpoint of a large
+# model); a second interrupt to the sweep stops them at once.
+TORCHRUN_SHUTDOWN_S = 900
+
+
 def train_command(
     root: Path, name: str, nproc: int, *, resume: bool = True, threads: int | None = None
 ) -> list[str]:
@@ -64,6 +70,7 @@ def train_command(
             "torch.distributed.run",
             "--standalone",
             f"--nproc-per-node={nproc}",
+            f"--shutdown-timeout={TORCHRUN_SHUTDOWN_S}",
             "-m",
             "loopscale",
             *args,
@@ -242,6 +249,8 @@ def _event(root: Path, name: str, status: str) -> str:
         return f"failed {name} ({reason})"
     if status == "pending":
         return f"stopped {name} (resumes on the next call)"
+    if status == "busy":
+        return f"busy {name} (another sweep process is running it)"
     return f"{status} {name}"
 
 
@@ -297,10 +306,21 @@ def run_local(
         _stop_children(progress)
         raise
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        _wait_for_runs(pool, progress)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return statuses
+
+
+def _wait_for_runs(pool: ThreadPoolExecutor, progress: Progress) -> None:
+    """Wait until the running training processes ended; an interrupt meanwhile is forwarded as well (a
+    training process stops at once on its second interrupt, torchrun kills its ranks)."""
+    while True:
+        try:
+            pool.shutdown(wait=True, cancel_futures=True)
+            return
+        except KeyboardInterrupt:
+            _stop_children(progress, again=True)
 
 
 def _raise_interrupt(signum, frame) -> None:
@@ -315,14 +335,18 @@ def _interrupt_on_signals() -> dict:
     return {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
 
 
-def _stop_children(progress: Progress) -> None:
-    """Forward the interrupt to the running training processes (each checkpoints and stops)."""
+def _stop_children(progress: Progress, again: bool = False) -> None:
+    """Forward the interrupt to the running training processes: the first one checkpoints and stops them
+    after their current step, a second one (``again``) stops them at once."""
     children = list(_children)
     if not children:
         return
+    if again:
+        what = "at once (each resumes from its last checkpoint)"
+    else:
+        what = "at their next step boundary (each writes a checkpoint first; interrupt again to stop at once)"
     print(
-        f"interrupted: stopping {len(children)} running run(s) at their next step boundary (each writes a "
-        f"checkpoint first): {', '.join(progress.running)}",
+        f"interrupted: stopping {len(children)} running run(s) {what}: {', '.join(progress.running)}",
         file=progress.stream or sys.stderr,
         flush=True,
     )

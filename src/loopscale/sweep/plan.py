@@ -2,7 +2,8 @@
 
 Counts, FLOPs/token and steps come from ``loopscale.paper.grid_runs`` (which uses ``loopscale.accounting``),
 so the plan is the same arithmetic the training run uses to set its step count. The wall-time column is an
-*estimate*: training FLOPs divided by a throughput measured on this machine by a short probe.
+*estimate*: training FLOPs divided by a throughput measured on this machine by a short probe, plus each run's
+measured start cost and final evaluation.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from loopscale.config import ModelConfig, to_dict
 from loopscale.errors import UserError
@@ -177,38 +178,104 @@ def check_runnable(spec: SweepSpec, runs: list[PlannedRun]) -> None:
             raise UserError(f"run {run.name}: {exc}") from None
 
 
+# Measured on a 2-core CPU (docs/sweeps.md, "Using the machine"): at widths 16–96, one single-threaded run per
+# core trains 12–46 % more FLOPs per second in total than one run using every core, because small matmuls
+# scale poorly across threads. Above the widths measured, one run with all threads stays the default.
+ONE_THREAD_MAX_WIDTH = 128
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a local sweep uses the machine: concurrent runs and CPU threads per run (None: torch's default)."""
+
+    workers: int
+    threads: int | None
+    why: str
+
+
+def default_layout(spec: SweepSpec, runs: list[PlannedRun]) -> Layout:
+    """The worker × thread layout a local sweep uses when the user gives neither ``--workers`` nor
+    ``--threads``: one single-threaded run per core for CPU sweeps of small models, else one run."""
+    cores = os.cpu_count() or 1
+    device = str(spec.train.get("device", "auto"))
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    widest = max((run.width for run in runs), default=0)
+    if device != "cpu" or spec.nproc > 1 or cores == 1:
+        return Layout(1, None, f"one run at a time ({device}, {spec.nproc} process(es) per run)")
+    if widest > ONE_THREAD_MAX_WIDTH:
+        return Layout(1, None, f"one run, {cores} threads (widths up to {widest} > {ONE_THREAD_MAX_WIDTH})")
+    workers = max(1, min(cores, len(runs)))
+    return Layout(workers, 1, f"{workers} one-thread runs at once (CPU, widths ≤ {ONE_THREAD_MAX_WIDTH})")
+
+
 # ---------------------------------------------------------------------------------------------- throughput
+
+
+def _interpolate(table: dict[int, float], width: int) -> float:
+    """``table[width]``: log-linear interpolation between the measured widths, clamped outside them."""
+    widths = sorted(table)
+    if width <= widths[0]:
+        return table[widths[0]]
+    if width >= widths[-1]:
+        return table[widths[-1]]
+    for lo, hi in zip(widths, widths[1:]):
+        if lo <= width <= hi:
+            t = (math.log(width) - math.log(lo)) / (math.log(hi) - math.log(lo))
+            return math.exp((1 - t) * math.log(table[lo]) + t * math.log(table[hi]))
+    raise AssertionError("unreachable: width lies between measured widths")
 
 
 @dataclass(frozen=True)
 class ThroughputProbe:
-    """Training throughput measured on this machine, in accounting FLOPs per second, per probed width."""
+    """Throughput measured on this machine: training in accounting FLOPs per second and the final
+    evaluation in validation tokens per second, per probed width, plus the start cost of one run process."""
 
     flops_per_s: dict[int, float]  # width → FLOPs/s of one run (method §4.2 training FLOPs)
     device: str
     threads: int  # CPU threads per run during the probe
     workers: int  # concurrent runs the estimate assumes
+    eval_tokens_per_s: dict[int, float] = field(default_factory=dict)  # width → forward-only tokens/s
+    val_tokens: int = 0  # tokens of each run's final evaluation
+    start_seconds: float = 0.0  # one run process: interpreter, torch import, model build
+    load_per_core: float | None = None  # 1-minute load average / cores just before the probe
+
+    @property
+    def busy(self) -> bool:
+        """True when other work shared the cores during the probe, so its rates read low."""
+        return self.load_per_core is not None and self.load_per_core > 0.5
 
     def sweep_seconds(self, runs: list[PlannedRun]) -> float:
-        """Estimated compute wall time of ``runs`` spread over ``workers`` concurrent runs."""
+        """Estimated wall time of ``runs`` spread over ``workers`` concurrent runs (seconds)."""
         return sum(self.seconds(run) for run in runs) / self.workers
 
     def rate(self, width: int) -> float:
-        """FLOPs/s at ``width``: log-linear interpolation between probed widths, clamped outside them."""
-        widths = sorted(self.flops_per_s)
-        if width <= widths[0]:
-            return self.flops_per_s[widths[0]]
-        if width >= widths[-1]:
-            return self.flops_per_s[widths[-1]]
-        for lo, hi in zip(widths, widths[1:]):
-            if lo <= width <= hi:
-                t = (math.log(width) - math.log(lo)) / (math.log(hi) - math.log(lo))
-                return math.exp((1 - t) * math.log(self.flops_per_s[lo]) + t * math.log(self.flops_per_s[hi]))
-        raise AssertionError("unreachable: width lies between probed widths")
+        """Training FLOPs/s at ``width``."""
+        return _interpolate(self.flops_per_s, width)
+
+    def overhead_seconds(self, run: PlannedRun) -> float:
+        """Process start plus the final evaluation of one run (seconds)."""
+        if not self.val_tokens:
+            return self.start_seconds
+        return self.start_seconds + self.val_tokens / _interpolate(self.eval_tokens_per_s, run.width)
 
     def seconds(self, run: PlannedRun) -> float:
-        """Estimated compute seconds of one run (excludes process start, compile and final evaluation)."""
-        return run.total_flops / self.rate(run.width)
+        """Estimated wall seconds of one run: training, start and final evaluation (no compile)."""
+        return run.total_flops / self.rate(run.width) + self.overhead_seconds(run)
+
+
+def measure_start_seconds() -> float:
+    """Seconds to start one run process here: a fresh interpreter that imports torch and the trainer."""
+    import subprocess
+    import sys
+
+    begin = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-c", "import loopscale.train.loop"], check=True, capture_output=True, timeout=600
+    )
+    return time.perf_counter() - begin
 
 
 def measure_throughput(
@@ -246,7 +313,8 @@ def measure_throughput(
     if not affordable:
         return None
     chosen = sorted({affordable[0], affordable[len(affordable) // 2], affordable[-1]})
-    rates, device = {}, "cpu"
+    rates, eval_rates, device, val_tokens = {}, {}, "cpu", 0
+    load = os.getloadavg()[0] / (os.cpu_count() or 1) if hasattr(os, "getloadavg") else None
     torch.manual_seed(0)
     threads_before = torch.get_num_threads()
     threads = max(1, (os.cpu_count() or 1) // workers)  # what each of ``workers`` CPU runs gets
@@ -277,9 +345,28 @@ def measure_throughput(
             if step:  # step 0 is the warm-up
                 elapsed += time.perf_counter() - start
         rates[width] = run.flops_per_token * rows * run.model.seq_len * steps / elapsed
+        # the final evaluation: forward passes of the same rows without gradients (train/loop.py)
+        model.eval()
+        with torch.no_grad():
+            model(idx[:, :-1], idx[:, 1:], reduction="none")
+            start = time.perf_counter()
+            model(idx[:, :-1], idx[:, 1:], reduction="none")
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            eval_rates[width] = rows * run.model.seq_len / (time.perf_counter() - start)
+        val_tokens = cfg.data.val_tokens or 0
         del model, optimizers
     torch.set_num_threads(threads_before)
-    return ThroughputProbe(flops_per_s=rates, device=device, threads=threads, workers=workers)
+    return ThroughputProbe(
+        flops_per_s=rates,
+        device=device,
+        threads=threads,
+        workers=workers,
+        eval_tokens_per_s=eval_rates,
+        val_tokens=val_tokens,
+        start_seconds=measure_start_seconds(),
+        load_per_core=load,
+    )
 
 
 # ---------------------------------------------------------------------------------------------- formatting
@@ -312,7 +399,10 @@ def format_plan(spec: SweepSpec, runs: list[PlannedRun], fmt: str, probe: Throug
                 "probe_flops_per_s": probe.flops_per_s,
                 "device": probe.device,
                 "threads": probe.threads,
-                "note": "estimate: compute only, from a throughput probe",
+                "probe_eval_tokens_per_s": probe.eval_tokens_per_s,
+                "start_seconds": round(probe.start_seconds, 2),
+                "load_per_core": probe.load_per_core,
+                "note": "estimate from a throughput probe: training, start and final evaluation; no compile",
             }
         return json.dumps(doc, indent=2)
     if fmt == "csv":
@@ -352,10 +442,16 @@ def format_plan(spec: SweepSpec, runs: list[PlannedRun], fmt: str, probe: Throug
     else:
         rates = ", ".join(f"d={w}: {f / 1e9:.1f}" for w, f in sorted(probe.flops_per_s.items()))
         lines.append(
-            f"ESTIMATE of wall time on this machine: {format_seconds(probe.sweep_seconds(runs))} of compute "
-            f"with {probe.workers} worker(s) (probe on {probe.device}, {probe.threads} thread(s) per run, "
-            f"GFLOP/s per run {rates}; excludes process start, compile and final evaluation)"
+            f"ESTIMATE of wall time on this machine: {format_seconds(probe.sweep_seconds(runs))} with "
+            f"{probe.workers} worker(s) × {probe.threads} thread(s) (probe on {probe.device}, GFLOP/s per "
+            f"run {rates}; includes {probe.start_seconds:.1f} s start and the final evaluation per run, "
+            "excludes compile)"
         )
+        if probe.busy:
+            lines.append(
+                f"note: the machine was busy during the probe (load {probe.load_per_core:.1f} per core), so "
+                "the rates read low and the estimate is pessimistic; plan again on an idle machine"
+            )
     return "\n".join(lines) + "\n"
 
 

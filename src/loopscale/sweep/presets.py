@@ -2,9 +2,9 @@
 
 ``paper`` is the exact 116-run main grid; ``paper-truncated-bptt`` and ``paper-hyperconnections`` are the
 case-study grids (r ∈ {2, 4, 8} at the four lower budgets) plus the 20 shared r = 1 anchor runs of the main
-grid. ``cpu`` and ``demo`` keep the paper's method (iso-depth layout, iso-FLOP curves that bracket their
-minima, r ∈ {1, 2, 4, 8}, exact FLOPs accounting, one recipe for every r) at a scale that runs on 2 CPU
-cores; their design and rationale are in docs/sweeps.md.
+grid. ``cpu``, ``laptop`` and ``demo`` keep the paper's method (iso-depth layout, iso-FLOP curves that
+bracket their minima, several r, exact FLOPs accounting, one recipe for every r) at a scale that runs on 2
+CPU cores; their design and rationale are in docs/sweeps.md.
 """
 
 from __future__ import annotations
@@ -155,20 +155,23 @@ PRESETS: dict[str, dict[str, Any]] = {
             }
         ],
     },
-    # ≤ 10 min on 2 cores with 2 workers: 3 budgets spanning 10×, 3 widths each, r ∈ {1, 2, 4}: 27 runs.
+    # A small version of the laptop design (docs/sweeps.md): same template, recipe and calibrated LR, three
+    # budgets (4×) below the laptop grid's lowest, widths 16–48 around the iso-FLOP minima, and the two
+    # loop counts furthest apart, r ∈ {1, 8}, so every bootstrap resample holds the strongest lever on φ;
+    # 18 runs, 1.7e13 FLOPs.
     "demo": {
         "name": "demo",
-        "batch_tokens": 1024,
-        "model": _CPU_MODEL,
-        "train": {**_CPU_TRAIN, "data": {"val_tokens": 8192}},
+        "batch_tokens": 2048,
+        "model": _LAPTOP_MODEL,
+        "train": {**_LAPTOP_TRAIN, "data": {**_LAPTOP_TRAIN["data"], "val_tokens": 32_768}},
         "groups": [
             {
                 "name": "main",
-                "rs": [1, 2, 4],
+                "rs": [1, 8],
                 "grid": [
-                    {"budget": 4e10, "widths": [8, 16, 24]},
-                    {"budget": 1.26e11, "widths": [8, 16, 24]},
-                    {"budget": 4e11, "widths": [16, 24, 32]},
+                    {"budget": 4e11, "widths": [16, 32, 48]},
+                    {"budget": 8e11, "widths": [16, 32, 48]},
+                    {"budget": 1.6e12, "widths": [16, 32, 48]},
                 ],
             }
         ],

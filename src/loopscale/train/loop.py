@@ -426,7 +426,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
     last_checkpoint = time.perf_counter()
     stored_loss = state.get("train_loss")
     train_loss = math.nan if stored_loss is None else float(stored_loss)
-    stop = _StopRequest(enabled=rt.world == 1)
+    stop = _StopRequest()
     try:
         for step in range(start_step, plan.steps):
             t0 = time.perf_counter()
@@ -469,8 +469,8 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
                 tracker.log(record, done)
             bar.update(1)
             bar.set_postfix(loss=f"{train_loss:.4f}", tok_s=f"{tokens_per_s:,.0f}", mfu=f"{mfu:.1%}")
-            due = done < plan.steps and _checkpoint_due(cfg, done, last_checkpoint, rt)
-            if done < plan.steps and (due or stop.requested):
+            due, stopping = _checkpoint_or_stop(cfg, done, plan.steps, last_checkpoint, stop, rt)
+            if due or stopping:
                 if rt.is_main:
                     now = time.perf_counter()
                     ckpt.save_checkpoint(
@@ -489,7 +489,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
                 if rt.world > 1:
                     dist.barrier()
                 last_checkpoint = time.perf_counter()
-                if stop.requested:
+                if stopping:
                     raise KeyboardInterrupt  # checkpointed at this step: --resume continues bit-exactly
     except BaseException:
         tracker.finish(None)  # interrupted: the tracker run ends unfinished (a resume continues it)
@@ -513,17 +513,17 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
 
 
 class _StopRequest:
-    """SIGINT/SIGTERM during the training steps of a single-process run: finish the current step, write a
-    checkpoint, then stop (KeyboardInterrupt), so an interrupted run (Ctrl-C, a sweep driver forwarding the
-    signal) loses no work. Data-parallel runs keep the default behaviour (the ranks would have to agree)."""
+    """SIGINT/SIGTERM during the training steps: finish the current step, write a checkpoint, then stop
+    (KeyboardInterrupt), so an interrupted run (Ctrl-C, a sweep driver forwarding the signal, torchrun
+    forwarding it to every rank) loses no work. A second signal stops at once."""
 
-    def __init__(self, enabled: bool):
+    def __init__(self):
         import signal
         import threading
 
         self.requested = False
         self._previous: dict = {}
-        if enabled and threading.current_thread() is threading.main_thread():
+        if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._previous[sig] = signal.signal(sig, self._handle)
 
@@ -540,16 +540,27 @@ class _StopRequest:
         self._previous = {}
 
 
-def _checkpoint_due(cfg: TrainConfig, done: int, last_checkpoint: float, rt: Runtime) -> bool:
-    """Every ``checkpoint_every_steps`` steps, or once ``checkpoint_every_s`` passed (rank 0's clock)."""
+def _checkpoint_or_stop(
+    cfg: TrainConfig, done: int, steps: int, last_checkpoint: float, stop: _StopRequest, rt: Runtime
+) -> tuple[bool, bool]:
+    """(write a checkpoint, then stop?) after step ``done`` of ``steps``, the same answer on every rank.
+
+    A checkpoint is due every ``checkpoint_every_steps`` steps, or once ``checkpoint_every_s`` seconds
+    passed on rank 0's clock (``last_checkpoint``: perf_counter seconds), and before a requested stop;
+    never after the last step. Under data parallelism the ranks agree through one all-reduce (max) per
+    step: rank 0's clock decides the time-based checkpoint, and a stop signal that reached any rank stops
+    every rank after the same step (torchrun forwards it to each rank at a slightly different moment)."""
+    if done >= steps:
+        return False, False
     due = cfg.checkpoint_every_steps is not None and done % cfg.checkpoint_every_steps == 0
     if cfg.checkpoint_every_s is not None and time.perf_counter() - last_checkpoint >= cfg.checkpoint_every_s:
         due = True
-    if rt.world > 1 and cfg.checkpoint_every_s is not None:
-        flag = torch.tensor([float(due)], device=rt.device)
-        dist.broadcast(flag, src=0)
-        due = bool(flag.item())
-    return due
+    stopping = stop.requested
+    if rt.world > 1:
+        flags = torch.tensor([float(due and rt.is_main), float(stopping)], device=rt.device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        due, stopping = (value > 0 for value in flags.tolist())
+    return due, stopping
 
 
 def load_checkpoint_model(path: str | Path) -> tuple[LoopedGPT, TrainConfig]:

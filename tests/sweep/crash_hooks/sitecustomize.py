@@ -4,7 +4,9 @@ can deliver a real ``kill -9`` at exactly that moment:
 
 - LOOPSCALE_TEST_PAUSE=checkpoint: inside the checkpoint writer, after the weights file and before the
   optimiser state (a half-written checkpoint folder exists);
-- LOOPSCALE_TEST_PAUSE=between-runs: in the executor, after a run finished and before the next starts.
+- LOOPSCALE_TEST_PAUSE=between-runs: in the executor, after a run finished and before the next starts;
+- LOOPSCALE_TEST_PAUSE=hold: in each training run, right after its first checkpoint: marks
+  ``hold-<run folder name>`` and waits (holding the run's lock) until the test creates the file ``release``.
 
 Markers go to LOOPSCALE_TEST_MARKERS (a folder). Without these variables nothing is patched.
 """
@@ -46,3 +48,18 @@ if _PAUSE == "between-runs" and _MARKERS:
         return status
 
     executors.execute_run = execute_run
+
+if _PAUSE == "hold" and _MARKERS:
+    import loopscale.train.checkpoint as checkpoint
+
+    _save_checkpoint = checkpoint.save_checkpoint
+
+    def save_checkpoint(run_dir, step, *args, **kwargs):
+        _save_checkpoint(run_dir, step, *args, **kwargs)
+        release = Path(_MARKERS, "release")
+        if not release.exists():
+            Path(_MARKERS, f"hold-{Path(run_dir).name}").touch()
+        while not release.exists():
+            time.sleep(0.05)
+
+    checkpoint.save_checkpoint = save_checkpoint

