@@ -18,6 +18,7 @@ the settings printed in the output. Writes ``OUT/study.json`` and the figures ``
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -208,6 +209,7 @@ def figures(rows: list[dict], out: Path) -> None:
             )
     ax.axhline(ref["realised"]["ci_width"]["phi"], color="grey", lw=0.8, ls="--")
     ax.axvline(0.4, color="grey", lw=0.8, ls="--")
+    ax.set_yscale("log")
     ax.set_xlabel("training FLOPs / paper grid's (7.26e20)")
     ax.set_ylabel("95% CI width of φ (median over seeds)")
     ax.set_title("designs from the published law, σ = 0.01 nats: realised (filled) vs predicted (hollow)")
@@ -221,7 +223,9 @@ def figures(rows: list[dict], out: Path) -> None:
     pred = np.array([r["predicted"]["phi"] for r in rows])
     real = np.array([r["realised"]["ci_width"]["phi"] for r in rows])
     ax.scatter(pred, real, c=[r["fraction"] for r in rows], cmap="viridis")
-    lim = [0, max(pred.max(), real.max()) * 1.1]
+    lim = [min(pred.min(), real.min()) * 0.9, max(pred.max(), real.max()) * 1.1]
+    ax.set_xscale("log")
+    ax.set_yscale("log")
     ax.plot(lim, lim, "k-", lw=0.8)
     ax.plot(lim, [1.25 * v for v in lim], "k:", lw=0.8)
     ax.plot(lim, [0.75 * v for v in lim], "k:", lw=0.8)
@@ -245,8 +249,12 @@ def main() -> None:
     p.add_argument("--limit", type=int, help="simulate only the first N designs (a smoke run)")
     p.add_argument("--power-seeds", type=int, default=0, help="simulated compare pairs per power design")
     p.add_argument("--delta-phi", type=float, default=0.1)
+    p.add_argument("--figures-only", action="store_true", help="redraw the figures from OUT/study.json")
     p.add_argument("--out", type=Path, default=Path("results/design"))
     args = p.parse_args()
+    if args.figures_only:
+        figures(json.loads((args.out / "study.json").read_text())["designs"], args.out)
+        return
     prior = d.load_prior("paper")
     rows = designs(args.fractions)[: args.limit]
     settings = {
