@@ -89,6 +89,6 @@ def test_unknown_yaml_key(tmp_path, capsys):
 
 def test_console_command_has_no_traceback():
     proc = subprocess.run([sys.executable, "-m", "loopscale", "describe", "--r", "3"], capture_output=True,
-                          text=True, timeout=120)
+                          text=True)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "does not divide" in proc.stderr

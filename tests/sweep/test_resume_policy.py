@@ -134,7 +134,7 @@ def test_two_sweeps_on_one_folder_cooperate(tiny_dataset, tmp_path):
         f"which finishes them: {', '.join(expected)}"
     ) in second.stderr
     assert all(f"busy {name} (another sweep process is running it)" in second.stderr for name in expected)
-    assert first.wait(timeout=600) == 0, first.communicate()[1]  # hang guard only
+    assert first.wait() == 0, first.communicate()[1]
     assert {name: status for name, (status, _) in results(out).items()} == dict.fromkeys(expected, "ok")
     for name in expected:  # one training process per run: the second sweep started none
         log = (out / "runs" / name / "train.log").read_text()
@@ -192,7 +192,7 @@ def test_a_second_sigint_stops_the_runs_at_once(tiny_dataset, tmp_path):
         assert proc.poll() is None, log.read_text()
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=600) == 130, log.read_text()  # hang guard only
+    assert proc.wait() == 130, log.read_text()
     err = log.read_text()
     assert "stopping 1 running run(s) at once" in err and f"resume with `loopscale sweep --out {out}`" in err
     assert metrics_lines(run / "metrics.jsonl") == 10 and latest_checkpoint(run).name == "step_00000010"

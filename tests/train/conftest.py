@@ -66,9 +66,9 @@ def tiny_config(dataset: Path, **changes) -> TrainConfig:
 
 
 def run_cli(
-    args: list[str], *, env: dict | None = None, launcher: list[str] | None = None, timeout: float = 120
+    args: list[str], *, env: dict | None = None, launcher: list[str] | None = None
 ) -> subprocess.CompletedProcess:
     """``loopscale ARGS`` (or ``LAUNCHER -m loopscale ARGS``) in a subprocess, one CPU thread per process."""
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", "LOOPSCALE_NO_TCMALLOC": "1", **(env or {})}
     cmd = (launcher or [sys.executable, "-m", "loopscale"]) + args
-    return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout)
+    return subprocess.run(cmd, capture_output=True, text=True, env=full_env)

@@ -81,7 +81,7 @@ def test_torchrun_two_processes_match_one_process_with_the_same_global_batch(dat
         "-m",
         "loopscale",
     ]
-    ddp = run_cli([*args, "--out", str(tmp_path / "ddp")], launcher=torchrun, timeout=180)
+    ddp = run_cli([*args, "--out", str(tmp_path / "ddp")], launcher=torchrun)
     assert ddp.returncode == 0, ddp.stderr[-2000:]
     one, two = metrics(tmp_path / "single"), metrics(tmp_path / "ddp")
     assert [m["step"] for m in two] == [1, 2, 3, 4, 5]
@@ -99,7 +99,7 @@ def test_compiled_run_killed_and_resumed_equals_an_uninterrupted_compiled_run(da
     cfg = tiny_config(dataset, steps=20, checkpoint_every_steps=3, compile=True)
     (tmp_path / "run.yaml").write_text(dump_yaml(cfg))
     args = ["train", "--config", str(tmp_path / "run.yaml")]
-    reference = run_cli([*args, "--out", str(tmp_path / "reference")], timeout=900)
+    reference = run_cli([*args, "--out", str(tmp_path / "reference")])
     assert reference.returncode == 0, reference.stderr
 
     run = tmp_path / "interrupted"
@@ -116,7 +116,7 @@ def test_compiled_run_killed_and_resumed_equals_an_uninterrupted_compiled_run(da
     proc.kill()
     proc.wait()
     assert not (run / "result.json").exists(), "the run finished before it could be killed"
-    resumed = run_cli([*args, "--out", str(run), "--resume"], timeout=900)
+    resumed = run_cli([*args, "--out", str(run), "--resume"])
     assert resumed.returncode == 0, resumed.stderr
     assert [m["loss"] for m in metrics(run)] == [m["loss"] for m in metrics(tmp_path / "reference")]
     ref = json.loads((tmp_path / "reference" / "result.json").read_text())

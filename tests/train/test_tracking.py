@@ -129,7 +129,7 @@ def test_only_rank_0_tracks_under_ddp(dataset, tmp_path, offline_wandb):
     out = tmp_path / "ddp"
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     args = ["train", "--config", str(config), "--out", str(out)]
-    proc = run_cli(args, launcher=[*torchrun, "-m", "loopscale"], timeout=600)
+    proc = run_cli(args, launcher=[*torchrun, "-m", "loopscale"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads((out / "result.json").read_text())["world_size"] == 2
     files = list((out / "wandb").glob("offline-run-*/run-*.wandb"))

@@ -16,7 +16,7 @@ from loopscale.errors import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from loopscale.cli.sweep import _add_spec_args
+    from loopscale.cli.sweep import _add_spec_args, add_estimate_args
 
     p = sub.add_parser(
         "design",
@@ -120,14 +120,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", type=Path, help="write the design's sweep spec (YAML) here")
     p.add_argument("--json", dest="json_out", type=Path, help="write the full design document here")
-    p.add_argument(
-        "--workers",
-        type=int,
-        help="concurrent runs the wall-time estimate assumes (default: the layout `loopscale sweep` picks)",
-    )
-    p.add_argument(
-        "--no-probe", action="store_true", help="skip the throughput probe (no wall-time estimate)"
-    )
+    add_estimate_args(p)
     p.add_argument("--seed", type=int, default=0, help="seed of the prior fit and the simulations")
     p.set_defaults(func=run_design)
 

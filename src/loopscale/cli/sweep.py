@@ -31,12 +31,8 @@ def _add_fit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the fit's restarts and bootstrap")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "plan", help="list every run of a sweep: N_once, N_rec, FLOPs/token, steps, tokens, est. time"
-    )
-    _add_spec_args(p, required=False)
-    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+def add_estimate_args(p: argparse.ArgumentParser) -> None:
+    """``--workers`` / ``--no-probe``: the wall-time estimate of ``plan`` and ``design``."""
     p.add_argument(
         "--workers",
         type=int,
@@ -45,6 +41,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--no-probe", action="store_true", help="skip the throughput probe (no wall-time estimate)"
     )
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "plan", help="list every run of a sweep: N_once, N_rec, FLOPs/token, steps, tokens, est. time"
+    )
+    _add_spec_args(p, required=False)
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    add_estimate_args(p)
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("sweep", help="run a sweep (new or resumed) locally or on SLURM")
