@@ -11,8 +11,13 @@ the time) and times, on the same machine minutes (interleaved rounds, fastest ke
                            afterwards (how scoring ran before issue 10)
   train fwd+bwd            one training step's forward + backward (``accumulate_gradients``, the code path of
                            ``loopscale train``) on 4 × T tokens
+  MC, options packed       a multiple-choice task (``--mc-task``, default ARC-Easy from ``loopscale eval
+                           prepare``'s data/tasks) as ``loopscale eval`` scores it: each item's options packed
+                           after one computed prompt (``score_sequences`` groups)
+  MC, options separate     the same sequences, every option with its own copy of the prompt
 
-tokens/s counts input positions (every token of every scored sequence; the training step's B·T). The
+tokens/s counts input positions (every token of every scored sequence, as if unpacked; the training
+step's B·T), so the packed MC row's figure is the work done per second, not the positions computed. The
 tasks are the generated reasoning primitives with the project's 4,096-token BPE (the default corpus's
 tokenizer; ``--tokenizer``), prompts fitted to T by the shot rule, ``--limit`` items per task.
 
@@ -45,6 +50,9 @@ def main() -> None:
     p.add_argument("--batch-tokens", type=int, default=8192)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    p.add_argument("--mc-task", default="arc_easy", help="a multiple-choice paper task or .jsonl file "
+                   "(skipped when its file is absent)")
+    p.add_argument("--task-dir", type=Path, default=Path("data/tasks"))
     args = p.parse_args()
 
     import torch
@@ -52,7 +60,13 @@ def main() -> None:
     from loopscale.config import ModelConfig
     from loopscale.data import find_bos_id, load_tokenizer
     from loopscale.eval.axes import load_tasks
-    from loopscale.eval.continuation import evaluate_task, fit_shots, model_logits_fn
+    from loopscale.eval.continuation import (
+        evaluate_task,
+        fit_shots,
+        groups_by,
+        model_logits_fn,
+        score_sequences,
+    )
     from loopscale.model import LoopedGPT
     from loopscale.train.loop import Runtime, accumulate_gradients
 
@@ -100,6 +114,21 @@ def main() -> None:
     jobs = {"eval, unembed scored": (lambda: run_eval(scored_fn), positions),
             "eval, unembed all": (lambda: run_eval(full_fn), positions),
             "train fwd+bwd": (run_train, batch * args.seq_len)}
+    mc_tasks, _ = load_tasks([args.mc_task], args.task_dir, max_examples=args.limit)
+    if mc_tasks:
+        shots, owners, mc_sequences = fit_shots(mc_tasks[0], tokenizer, bos, args.seq_len)
+        mc_positions = sum(len(s.tokens) - 1 for s in mc_sequences)
+        print(f"{mc_tasks[0].name}: {len(mc_sequences)} sequences, {shots}/{mc_tasks[0].meta.shots} shots, "
+              f"{sum(s.truncated for s in mc_sequences)} cut")
+
+        def run_mc(groups) -> float:
+            t0 = time.perf_counter()
+            score_sequences(mc_sequences, scored_fn, groups=groups, max_batch_tokens=args.batch_tokens,
+                            pad_id=bos)
+            return time.perf_counter() - t0
+
+        jobs["MC, options packed"] = (lambda: run_mc(groups_by(owners)), mc_positions)
+        jobs["MC, options separate"] = (lambda: run_mc(()), mc_positions)
     timings: dict[str, list[float]] = {name: [] for name in jobs}
     run_train()  # warm-up
     for k in range(args.rounds):

@@ -8,6 +8,7 @@ dataclasses are built recursively, and ``validate()`` (when a dataclass defines 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -35,7 +36,7 @@ def from_dict(cls: type[T], data: dict[str, Any] | None, where: str = "config") 
     if unknown:
         names = ", ".join(map(repr, unknown))
         raise UserError(f"{where}: unknown key(s) {names}; allowed: {', '.join(fields)}")
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)
     kwargs = {}
     for name, value in data.items():
         kwargs[name] = _coerce(hints[name], value, f"{where}.{name}")
@@ -46,6 +47,13 @@ def from_dict(cls: type[T], data: dict[str, Any] | None, where: str = "config") 
     if hasattr(obj, "validate"):
         obj.validate()
     return obj
+
+
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    # get_type_hints re-evaluates every string annotation on each call; task files build tens of
+    # thousands of records through from_dict, where that alone took seconds
+    return typing.get_type_hints(cls)
 
 
 def _coerce(tp: Any, value: Any, where: str) -> Any:

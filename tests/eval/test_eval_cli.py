@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -177,3 +181,95 @@ def test_relative_data_path_resolves_against_the_run_and_sweep_folders(trained_r
                              "--device", "cpu")
     assert code == 0, err
     assert "Induction head" in out
+
+
+def _sweep_of_copies(trained_run, root: Path, n: int) -> Path:
+    for i in range(n):
+        shutil.copytree(trained_run, root / "runs" / f"run{i}")
+    return root
+
+
+def test_eval_sweep_workers_give_the_results_of_one_process(trained_run, tmp_path, capsys):
+    """Two worker processes write the eval.json one process writes (same threads per evaluation)."""
+    sweep = _sweep_of_copies(trained_run, tmp_path / "sweep", 3)
+    args = ["eval-sweep", str(sweep), "--tasks", "induction_head", "varassign_d0_math", "--limit", "8",
+            "--device", "cpu", "--threads", "1"]
+    code, out, _ = run_cli(capsys, *args, "--workers", "1")
+    assert code == 0 and "3 evaluated" in out
+    alone = {p.parent.name: json.loads(p.read_text())["tasks"] for p in sweep.glob("runs/*/eval.json")}
+    code, out, _ = run_cli(capsys, *args, "--workers", "2", "--force")
+    assert code == 0 and "3 evaluated" in out
+    pooled = {p.parent.name: json.loads(p.read_text())["tasks"] for p in sweep.glob("runs/*/eval.json")}
+    assert pooled == alone and len(pooled) == 3
+
+
+def _live_members(group: int) -> list[str]:
+    """Command lines of the processes of process group ``group`` that still run; a process that has
+    exited (a zombie, or the spawn resource tracker on its way out) has an empty /proc cmdline."""
+    live = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[2]) == group and cmdline:
+            live.append(cmdline.replace(b"\0", b" ").decode(errors="replace"))
+    return live
+
+
+def test_interrupted_parallel_eval_sweep_loses_nothing_and_resumes(trained_run, tmp_path):
+    """Ctrl-C (SIGINT to the process group) while two workers evaluate: exit 130, one line, no worker
+    left behind, no half-written eval.json; the rerun evaluates only what is missing."""
+    sweep = _sweep_of_copies(trained_run, tmp_path / "sweep", 4)
+    cmd = [sys.executable, "-m", "loopscale", "eval-sweep", str(sweep), "--tasks", "induction_head",
+           "--limit", "8", "--device", "cpu", "--workers", "2"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    seen = []
+    for line in proc.stdout:  # the first result line: workers are up, others are in flight
+        seen.append(line)
+        if "macro loss" in line:
+            break
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate()
+    finished = [p for p in sweep.glob("runs/*/eval.json")]
+    assert proc.returncode == 130, (seen, out, err)
+    assert err.strip().splitlines() == ["loopscale eval-sweep: interrupted"]
+    assert _live_members(proc.pid) == []  # no orphaned worker computing on
+    assert finished  # at least the run whose line was printed
+    for path in finished:
+        assert json.loads(path.read_text())["tasks"]["induction_head"]["n_examples"] == 8
+    assert not list(sweep.glob("runs/*/.eval.json.*"))
+    rerun = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert rerun.returncode == 0
+    assert f"{4 - len(finished)} evaluated, {len(finished)} already done" in rerun.stdout
+
+
+def test_multiple_choice_task_through_the_cli_matches_unpacked_scoring(trained_run, tmp_path, capsys):
+    """`loopscale eval` packs an MC item's options after one prompt; the gold options' loss equals
+    scoring every option as its own sequence."""
+    from loopscale.eval.axes import load_tasks
+    from loopscale.eval.continuation import fit_shots, model_logits_fn, score_sequences
+    from loopscale.eval.suite import load_eval_model
+
+    rows = [{"context": f"Question: which is {w}?\nAnswer:", "choices": [" 4", " Paris", " val", " loop"],
+             "gold": i % 4} for i, w in enumerate(["a cat", "the capital", "key", "the model", "n", "m"] * 2)]
+    (tmp_path / "arc_easy.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out_json = tmp_path / "e.json"
+    code, out, _ = run_cli(capsys, "eval", str(trained_run), "--tasks", "arc_easy", "--task-dir",
+                           str(tmp_path), "--json", str(out_json), "--device", "cpu")
+    assert code == 0 and "ARC-Easy" in out
+    got = json.loads(out_json.read_text())["tasks"]["arc_easy"]
+    loaded = load_eval_model(trained_run, device="cpu")
+    (task,), _ = load_tasks(["arc_easy"], tmp_path)
+    _, owners, sequences = fit_shots(task, loaded.tokenizer, loaded.bos_id, loaded.seq_len)
+    alone = score_sequences(sequences, model_logits_fn(loaded.model))
+    assert got["n_examples"] == 12 and got["n_sequences"] == 48
+    per_item = {}
+    for owner, score in zip(owners, alone):
+        per_item.setdefault(owner, []).append(score)
+    total = sum(per_item[i][ex.gold].loss_sum for i, ex in enumerate(task.scored))
+    tokens = sum(per_item[i][ex.gold].n_tokens for i, ex in enumerate(task.scored))
+    assert got["loss"] == pytest.approx(total / tokens, rel=1e-5)

@@ -37,3 +37,39 @@ def test_axis_task_lists_travel_from_eval_json_to_the_report(tmp_path):
     assert sorted(table.rows) == [["math_word_problems", "–", "svamp, asdiv, mawps", "2"],
                                   ["parametric_knowledge", "triviaqa*", "nq_open, webquestions", "1"],
                                   ["parametric_knowledge", "triviaqa* nq_open", "webquestions", "1"]]
+
+
+def test_axis_standard_errors_and_correlations_reach_the_report(tmp_path):
+    """se_axis_<name> columns travel eval.json → results.csv → the downstream table ("loss ± se"), and
+    the report correlates each axis (and their mean, over axes with data) with the validation loss."""
+    import statistics
+
+    from loopscale.report.build import _axes_section
+
+    rows = []
+    for i, (val, knowledge, symbolic) in enumerate([(3.0, 4.1, 5.0), (3.2, 4.4, 4.9), (3.5, 4.6, 5.3),
+                                                   (3.9, 5.2, 5.1)]):
+        folder = tmp_path / f"run{i}"
+        folder.mkdir()
+        axes = {"parametric_knowledge": {"loss": knowledge, "loss_se": 0.02, "tasks": ["nq_open"]},
+                "compositional_symbolic": {"loss": symbolic, "loss_se": 0.05, "tasks": ["arc_easy"]},
+                "math_word_problems": {"loss": None, "loss_se": None, "tasks": [], "missing": ["svamp"]}}
+        (folder / "eval.json").write_text(json.dumps({"axes": axes}))
+        base = {c: math.nan for c in RESULT_COLUMNS} | {"status": "ok", "run": f"run{i}", "reason": None,
+                                                          "group": None, "recipe": "muonh"}
+        base |= {c: 1 for c in _INT_COLUMNS} | {"budget": 1e12 * (1 + i), "loss": val}
+        rows.append(base | _axis_losses(folder))
+    csv_path, _ = write_results(tmp_path, rows)
+    back = read_results(csv_path)
+    assert back[0]["se_axis_parametric_knowledge"] == 0.02
+    assert math.isnan(back[0]["se_axis_math_word_problems"])
+    section = _axes_section(back)
+    table = section.blocks[1]
+    assert table.rows[0][4:] == ["5.0000 ± 0.0500", "–", "4.1000 ± 0.0200"]
+    correlations = section.blocks[3]
+    got = {row[0]: row[1] for row in correlations.rows}
+    vals = [3.0, 3.2, 3.5, 3.9]
+    assert got["parametric_knowledge"] == f"{statistics.correlation(vals, [4.1, 4.4, 4.6, 5.2]):+.3f}"
+    macro = [(4.1 + 5.0) / 2, (4.4 + 4.9) / 2, (4.6 + 5.3) / 2, (5.2 + 5.1) / 2]
+    assert got["macro (mean of axes)"] == f"{statistics.correlation(vals, macro):+.3f}"
+    assert "math_word_problems" not in got  # no data: not a number

@@ -262,3 +262,85 @@ def test_shots_are_reduced_until_at_most_ten_percent_of_prompts_are_cut(tokenize
     assert cut(3) > 2 and cut(2) == 1  # 2 is the most shots with at most 10% of the prompts cut
     roomy = evaluate_task(task, tokenizer, bos_id, model_logits_fn(model), max_len=256)
     assert roomy.shots == 5 and roomy.n_truncated == 0
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    prompts=st.lists(st.integers(1, 40), min_size=1, max_size=4),  # shared prompt length per item
+    options=st.lists(st.lists(st.integers(1, 12), min_size=2, max_size=5), min_size=4, max_size=4),
+    budget=st.sampled_from([1, 60, 100_000]),
+    seed=st.integers(0, 2**16),
+)
+def test_packed_options_score_like_separate_sequences(tiny_model, prompts, options, budget, seed):
+    """A group packed into one row (prompt once, each option attending to it and to itself) gives every
+    option the loss and greedy flag it has when scored alone, whatever the lengths and batch budget;
+    an option may share leading tokens with another, and a truncated group is scored unpacked."""
+    rng = random.Random(seed)
+    sequences, groups = [], []
+    for n_prompt, lengths in zip(prompts, options):
+        prompt = [0, *(rng.randrange(1, 320) for _ in range(n_prompt))]
+        common = [rng.randrange(1, 320)] if rng.random() < 0.5 else []  # options may share their start
+        group = []
+        for n in lengths:
+            tail = common + [rng.randrange(1, 320) for _ in range(n)]
+            group.append(len(sequences))
+            sequences.append(ScoredSequence(tuple(prompt + tail), len(tail), len(prompt) + len(tail) > 60))
+        groups.append(group)
+    fn = model_logits_fn(tiny_model)
+    packed = score_sequences(sequences, fn, groups=groups, max_batch_tokens=budget)
+    alone = score_sequences(sequences, fn, max_batch_tokens=budget)
+    for a, b in zip(packed, alone):
+        assert a.loss_sum == pytest.approx(b.loss_sum, rel=1e-5, abs=1e-6)
+        assert (a.n_tokens, a.greedy) == (b.n_tokens, b.greedy)
+
+
+def test_multiple_choice_prompt_is_computed_once(tokenizer, bos_id, tiny_model):
+    """An MC item's shared prompt runs through the model once, not once per option."""
+    prompt = "Question: What is the capital of France? The looping model keeps looping.\nAnswer:"
+    mc = make_task(TaskMeta(name="mc", type="mc"),
+                   [Example(prompt, " Paris", choices=(" Paris", " 4", " val"), gold=0)])
+    seen: list[int] = []
+
+    def counting(idx, positions, **packing):
+        seen.append(idx.numel())
+        return tiny_model.logits_at(idx, positions, **packing)
+
+    result = evaluate_task(mc, tokenizer, bos_id, counting, max_len=96)
+    n_prompt = 1 + len(ids(tokenizer, prompt))  # BOS + prompt
+    # inputs per option
+    lengths = [n_prompt + len(ids(tokenizer, prompt + c)) - len(ids(tokenizer, prompt)) - 1
+               for c in mc.scored[0].choices]
+    assert len(seen) == 1  # one row holds the three options
+    # the prompt (all but at most its last token, which may merge with an option) is computed once
+    assert max(lengths) < seen[0] <= sum(lengths) - 2 * (n_prompt - 1)
+    assert result.n_examples == 1 and math.isfinite(result.loss)
+
+
+def test_standard_error_of_the_token_weighted_loss():
+    """One token per example: the ratio estimator's SE is the sample standard deviation / sqrt(m);
+    with unequal lengths it matches a large bootstrap over examples."""
+    import statistics
+
+    from loopscale.eval.axes import summarize
+    from loopscale.eval.continuation import ContinuationScore, TaskResult, ratio_standard_error
+
+    losses = [2.0, 3.5, 1.25, 4.0, 2.75]
+    scores = [ContinuationScore(x, 1, False) for x in losses]
+    assert ratio_standard_error(scores) == pytest.approx(statistics.stdev(losses) / math.sqrt(5))
+    assert ratio_standard_error(scores[:1]) is None
+    rng = random.Random(0)
+    lengths = [rng.randint(1, 9) for _ in range(40)]
+    uneven = [ContinuationScore(rng.uniform(0, 10) * n, n, False) for n in lengths]
+    boot = []
+    for _ in range(4000):
+        draw = [rng.choice(uneven) for _ in uneven]
+        boot.append(sum(s.loss_sum for s in draw) / sum(s.n_tokens for s in draw))
+    assert ratio_standard_error(uneven) == pytest.approx(statistics.stdev(boot), rel=0.1)
+    # an axis is the mean of its tasks: SE = sqrt(Σ se²) / k; unknown if any task's is unknown
+    def result(name, se):
+        return TaskResult(name, "ax", "lm", 0, 5, 5, 1.0, 0.0, 0, "x", loss_se=se)
+
+    summary = summarize([result("a", 0.3), result("b", 0.4)])
+    assert summary["axes"]["ax"]["loss_se"] == pytest.approx(0.25)
+    assert summary["macro_loss_se"] == pytest.approx(0.25)
+    assert summarize([result("a", 0.3), result("b", None)])["axes"]["ax"]["loss_se"] is None

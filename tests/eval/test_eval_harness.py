@@ -41,6 +41,8 @@ def loaded(model_factory, tokenizer, bos_id, tokenizer_path):
 
 def test_loglikelihood_matches_direct_computation_at_any_r(loaded):
     requests = [Request(f"Question: {q}\nAnswer:", f" {a}") for q, a in QA]
+    # a multiple-choice question: one context, four options (packed after one computed prompt)
+    requests += [Request("Which block loops?\nAnswer:", f" {a}") for _, a in QA]
     for r in (1, 2, 3):
         lm = LoopscaleLM.from_loaded(loaded, r=r)
         got = lm.loglikelihood(requests)

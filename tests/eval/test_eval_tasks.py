@@ -122,8 +122,8 @@ def test_axis_is_unweighted_mean_and_missing_tasks_are_reported():
     assert axes["parametric_knowledge"]["missing"] == ["webquestions"]
     assert not axes["parametric_knowledge"]["complete"]
     assert axes["parametric_knowledge"]["standins"] == ["triviaqa"]
-    assert axes["math_word_problems"] == {"loss": 1.0, "accuracy": 0.25, "tasks": ["svamp"], "standins": [],
-                                          "missing": [], "complete": True}
+    assert axes["math_word_problems"] == {"loss": 1.0, "loss_se": None, "accuracy": 0.25, "tasks": ["svamp"],
+                                          "standins": [], "missing": [], "complete": True}
     assert axes["reading_comprehension"]["loss"] is None
     assert list(axes) == ["parametric_knowledge", "reading_comprehension", "math_word_problems", "custom"]
     assert summary["macro_loss"] == pytest.approx((2.5 + 1.0 + 4.0) / 3)

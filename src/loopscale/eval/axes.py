@@ -11,6 +11,7 @@ that were evaluated); the macro loss is the unweighted mean over axes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -170,10 +171,19 @@ def _missing_reason(name: str, task_dir: Path | None) -> str:
     return f"no task file {task_dir / (name + '.jsonl')}; run `loopscale eval prepare` (see docs/eval.md)"
 
 
+def _mean_se(errors: Sequence[float | None]) -> float | None:
+    """Standard error of the mean of independent estimates with these standard errors (None when there
+    are none, or when one is unknown)."""
+    if not errors or any(e is None or not math.isfinite(e) for e in errors):
+        return None
+    return math.sqrt(sum(e * e for e in errors)) / len(errors)
+
+
 def summarize(results: Sequence[TaskResult], missing: Sequence[MissingTask] = ()) -> dict:
     """Per-axis aggregation: {"axes": {axis: {...}}, "macro_loss": ..., "missing": [...]}.
 
-    Each axis reports ``loss`` (unweighted mean of its task losses in nats, None if no task ran),
+    Each axis reports ``loss`` (unweighted mean of its task losses in nats, None if no task ran) and
+    ``loss_se`` (its standard error from the tasks' ``loss_se``: the examples are a sample of each task),
     ``accuracy`` (same mean of accuracies), its ``tasks`` and ``missing`` names, ``standins`` (the tasks
     whose data differ from the paper's: a subset, another copy, a generated stand-in) and ``complete``.
     """
@@ -186,6 +196,7 @@ def summarize(results: Sequence[TaskResult], missing: Sequence[MissingTask] = ()
             continue
         axes[axis] = {
             "loss": sum(r.loss for r in ran) / len(ran) if ran else None,
+            "loss_se": _mean_se([r.loss_se for r in ran]),
             "accuracy": sum(r.accuracy for r in ran) / len(ran) if ran else None,
             "tasks": [r.name for r in ran],
             "standins": [r.name for r in ran if r.deviation],
@@ -196,5 +207,6 @@ def summarize(results: Sequence[TaskResult], missing: Sequence[MissingTask] = ()
     return {
         "axes": axes,
         "macro_loss": sum(losses) / len(losses) if losses else None,
+        "macro_loss_se": _mean_se([a["loss_se"] for a in axes.values() if a["loss"] is not None]),
         "missing": [m.to_dict() for m in missing],
     }

@@ -28,6 +28,7 @@ scored positions are unembedded (``LogitsFn`` receives their mask), under ``torc
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -38,8 +39,10 @@ from tokenizers import Tokenizer
 from loopscale.errors import UserError
 from loopscale.eval.tasks import Task, render_context
 
-# (idx [B, T] int64, positions [B, T] bool) → fp32 logits [n, vocab] at the n True positions, row-major
-LogitsFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+# (idx [B, T] int64, positions [B, T] bool) → fp32 logits [n, vocab] at the n True positions, row-major.
+# For packed rows (``score_sequences``' groups) it is also given keyword arguments ``token_pos`` [B, T]
+# (RoPE positions) and ``attn_mask`` [B, T, T] (bool, True = attend), as ``LoopedGPT.logits_at`` takes.
+LogitsFn = Callable[..., torch.Tensor]
 DEFAULT_BATCH_TOKENS = 8192
 MAX_TRUNCATED_FRACTION = 0.10  # above this share of cut sequences a task is scored with fewer shots
 
@@ -51,6 +54,23 @@ class ScoredSequence:
     tokens: tuple[int, ...]
     n_continuation: int
     truncated: bool = False
+
+
+def ratio_standard_error(scores: Sequence[ContinuationScore]) -> float | None:
+    """Standard error (nats) of the token-weighted loss Σ loss_sum / Σ n_tokens over examples drawn at
+    random from a larger pool: the ratio estimator's, sqrt(m/(m−1) · Σ (s_i − L·n_i)²) / Σ n_i, which
+    counts an example's tokens as one draw (they are not independent). None for fewer than 2 examples."""
+    m = len(scores)
+    if m < 2:
+        return None
+    total = sum(s.n_tokens for s in scores)
+    mean = sum(s.loss_sum for s in scores) / total
+    spread = sum((s.loss_sum - mean * s.n_tokens) ** 2 for s in scores)
+    return math.sqrt(m / (m - 1) * spread) / total
+
+
+# (shots used, owning example of each sequence, the sequences): what ``fit_shots`` returns
+PreparedTask = tuple[int, list[int], list[ScoredSequence]]
 
 
 @dataclass(frozen=True)
@@ -113,55 +133,137 @@ def _encode(tokenizer: Tokenizer, texts: list[str]):
     return tokenizer.encode_batch(texts, add_special_tokens=False)
 
 
+@dataclass
+class _Row:
+    """One row of a batch: input token ids, and the (position, gold token, sequence index) it scores.
+    A packed row is a shared prompt (its first ``shared`` inputs) followed by the remaining inputs of
+    each sequence of a group, ``segments`` giving each one's (start, end) in the row."""
+
+    inputs: list[int]
+    targets: list[tuple[int, int, int]]
+    shared: int = 0
+    segments: tuple[tuple[int, int], ...] = ()
+
+
+def _rows(sequences: Sequence[ScoredSequence], groups: Sequence[Sequence[int]]) -> list[_Row]:
+    """One row per sequence, except that each group of ≥ 2 untruncated sequences whose inputs share more
+    than the BOS token becomes one packed row (the prompt computed once)."""
+    rows, packed = [], set()
+    for group in groups:
+        members = [sequences[i] for i in group]
+        if len(group) < 2 or any(seq.truncated for seq in members):
+            continue
+        inputs = [list(seq.tokens[:-1]) for seq in members]
+        shared = min(len(x) for x in inputs)
+        for x in inputs[1:]:
+            shared = min(shared, _common_prefix(inputs[0], x))
+        if shared <= 1:
+            continue
+        row = _Row(list(inputs[0][:shared]), [], shared)
+        segments = []
+        for i, seq, x in zip(group, members, inputs):
+            offset = len(row.inputs) - shared  # row index of input position p >= shared is p + offset
+            row.inputs += x[shared:]
+            segments.append((shared + offset, len(row.inputs)))
+            first = len(x) - seq.n_continuation
+            row.targets += [(p if p < shared else p + offset, seq.tokens[p + 1], i)
+                            for p in range(first, len(x))]
+        row.segments = tuple(segments)
+        rows.append(row)
+        packed.update(group)
+    for i, seq in enumerate(sequences):
+        if i not in packed:
+            n = len(seq.tokens) - 1
+            rows.append(_Row(list(seq.tokens[:-1]),
+                             [(p, seq.tokens[p + 1], i) for p in range(n - seq.n_continuation, n)]))
+    return rows
+
+
+def groups_by(keys: Sequence) -> list[list[int]]:
+    """Indices of equal keys, grouped (first-seen order): e.g. the options of one multiple-choice item."""
+    groups: dict = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+    return list(groups.values())
+
+
 @torch.inference_mode()
 def score_sequences(
     sequences: Sequence[ScoredSequence],
     logits_fn: LogitsFn,
     *,
+    groups: Sequence[Sequence[int]] = (),
     max_batch_tokens: int = DEFAULT_BATCH_TOKENS,
     pad_id: int = 0,
     device: str | torch.device = "cpu",
 ) -> list[ContinuationScore]:
     """Score every sequence's continuation; batches hold at most ``max_batch_tokens`` input positions
-    (at least one sequence). Results come back in input order."""
+    (at least one row). Results come back in input order.
+
+    ``groups``: lists of indices of sequences that share their prompt (a multiple-choice item's
+    options). Such a group is packed into one row, the prompt once and each option after it attending to
+    the prompt and to itself (``LogitsFn``'s ``token_pos`` and ``attn_mask``), so the prompt is computed
+    once instead of once per option; the scores equal the unpacked ones to float round-off."""
     if max_batch_tokens < 1:
         raise UserError(f"batch tokens must be >= 1, got {max_batch_tokens}")
-    order = sorted(range(len(sequences)), key=lambda i: -len(sequences[i].tokens))
-    scores: list[ContinuationScore | None] = [None] * len(sequences)
+    rows = _rows(sequences, groups)
+    # packed rows batch with packed rows (they need a mask), the rest run on the causal fast path
+    order = sorted(range(len(rows)), key=lambda i: (bool(rows[i].segments), -len(rows[i].inputs)))
+    loss_sums = torch.zeros(len(sequences), dtype=torch.float64)
+    misses = torch.zeros(len(sequences), dtype=torch.long)
     start = 0
     while start < len(order):
-        width = len(sequences[order[start]].tokens) - 1
-        rows = order[start:start + max(1, max_batch_tokens // width)]
-        start += len(rows)
-        idx = torch.full((len(rows), width), pad_id, dtype=torch.long)
-        targets = torch.full((len(rows), width), -1, dtype=torch.long)
-        for b, i in enumerate(rows):
-            seq = sequences[i]
-            tokens = torch.tensor(seq.tokens, dtype=torch.long)
-            n = len(seq.tokens) - 1
-            idx[b, :n] = tokens[:-1]
-            targets[b, n - seq.n_continuation:n] = tokens[-seq.n_continuation:]
-        idx, targets = idx.to(device), targets.to(device)
-        scored = targets != -1
-        gold = targets[scored]
-        logits = logits_fn(idx, scored).float()
-        ce = F.cross_entropy(logits, gold, reduction="none").double()
-        row = scored.nonzero()[:, 0]
-        loss_sums = torch.zeros(len(rows), dtype=torch.float64, device=ce.device).index_add_(0, row, ce)
-        misses = torch.zeros(len(rows), dtype=torch.long, device=ce.device)
-        misses.index_add_(0, row, (logits.argmax(dim=-1) != gold).long())
-        greedy = misses == 0
-        for b, (loss_sum, is_greedy) in enumerate(zip(loss_sums.tolist(), greedy.tolist())):
-            i = rows[b]
-            scores[i] = ContinuationScore(loss_sum, sequences[i].n_continuation, bool(is_greedy))
-    return scores  # type: ignore[return-value]
+        first = rows[order[start]]
+        width = len(first.inputs)
+        batch = [rows[i] for i in order[start:start + max(1, max_batch_tokens // width)]
+                 if bool(rows[i].segments) == bool(first.segments)]
+        start += len(batch)
+        idx = torch.full((len(batch), width), pad_id, dtype=torch.long)
+        scored = torch.zeros((len(batch), width), dtype=torch.bool)
+        for b, row in enumerate(batch):
+            idx[b, :len(row.inputs)] = torch.tensor(row.inputs, dtype=torch.long)
+            scored[b, [p for p, _, _ in row.targets]] = True
+        where = torch.tensor([(b, p) for b, row in enumerate(batch) for p, _, _ in row.targets]).T
+        gold = torch.tensor([g for row in batch for _, g, _ in row.targets], dtype=torch.long)
+        owner = torch.tensor([i for row in batch for _, _, i in row.targets], dtype=torch.long)
+        logit_row = (scored.flatten().cumsum(0) - 1).view_as(scored)[where[0], where[1]]
+        if first.segments:
+            token_pos, attn_mask = _packing(batch, width)
+            logits = logits_fn(idx.to(device), scored.to(device), token_pos=token_pos.to(device),
+                               attn_mask=attn_mask.to(device))
+        else:
+            logits = logits_fn(idx.to(device), scored.to(device))
+        logits = logits.float()[logit_row.to(logits.device)]
+        gold = gold.to(logits.device)
+        ce = F.cross_entropy(logits, gold, reduction="none").double().cpu()
+        loss_sums.index_add_(0, owner, ce)
+        misses.index_add_(0, owner, (logits.argmax(dim=-1) != gold).long().cpu())
+    return [ContinuationScore(float(loss), seq.n_continuation, bool(miss == 0))
+            for loss, miss, seq in zip(loss_sums.tolist(), misses.tolist(), sequences)]
+
+
+def _packing(batch: list[_Row], width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE positions [B, W] and attention mask [B, W, W] (True = attend) of packed rows: the shared
+    prompt is causal; each segment sees the prompt and its own earlier tokens; padding (segment −1)
+    sees the prompt and earlier padding, so no softmax row is empty."""
+    token_pos = torch.zeros((len(batch), width), dtype=torch.long)
+    segment = torch.full((len(batch), width), -1, dtype=torch.long)
+    for b, row in enumerate(batch):
+        token_pos[b, :row.shared] = torch.arange(row.shared)
+        segment[b, :row.shared] = 0
+        for k, (lo, hi) in enumerate(row.segments, start=1):
+            token_pos[b, lo:hi] = torch.arange(row.shared, row.shared + hi - lo)
+            segment[b, lo:hi] = k
+    causal = torch.ones(width, width, dtype=torch.bool).tril()
+    same = (segment.unsqueeze(2) == segment.unsqueeze(1)) | (segment.unsqueeze(1) == 0)
+    return token_pos, causal & same
 
 
 def model_logits_fn(model: torch.nn.Module, r: int | None = None) -> LogitsFn:
     """Logits of a ``LoopedGPT`` at the given positions with ``r`` loops (None: the trained r), in eval
     mode, no cache."""
     model.eval()
-    return lambda idx, positions: model.logits_at(idx, positions, r=r)
+    return lambda idx, positions, **packing: model.logits_at(idx, positions, r=r, **packing)
 
 
 @dataclass
@@ -182,6 +284,7 @@ class TaskResult:
     n_sequences: int = 0  # scored sequences (one per option for MC)
     deviation: str = ""  # how the task's data differ from the paper's ("" = the paper's)
     digest: str = ""  # the task's content hash (Task.digest)
+    loss_se: float | None = None  # standard error of ``loss`` over the sampled examples (nats; None: unknown)
 
     def to_dict(self) -> dict:
         return dict(vars(self))
@@ -196,18 +299,23 @@ def evaluate_task(
     max_len: int,
     max_batch_tokens: int = DEFAULT_BATCH_TOKENS,
     device: str | torch.device = "cpu",
+    prepared: PreparedTask | None = None,
 ) -> TaskResult:
     """Score every example of ``task`` (all options of an MC item) and aggregate as method §10.1, with
-    fewer shots when the prompts do not fit (module docstring)."""
-    shots, owners, sequences = fit_shots(task, tokenizer, bos_id, max_len)
-    scores = score_sequences(sequences, logits_fn, max_batch_tokens=max_batch_tokens, pad_id=bos_id,
-                             device=device)
+    fewer shots when the prompts do not fit (module docstring). ``prepared``: ``fit_shots``'s result for
+    this task, tokenizer and ``max_len`` when the caller already has it (``eval-sweep`` tokenises each
+    task once for all runs that share a tokenizer and context)."""
+    shots, owners, sequences = prepared or fit_shots(task, tokenizer, bos_id, max_len)
+    scores = score_sequences(sequences, logits_fn, groups=groups_by(owners) if task.meta.type == "mc" else (),
+                             max_batch_tokens=max_batch_tokens, pad_id=bos_id, device=device)
     per_example: list[list[ContinuationScore]] = [[] for _ in task.scored]
     for owner, score in zip(owners, scores):
         per_example[owner].append(score)
     loss_sum, n_tokens, correct = 0.0, 0, 0
+    golds = []
     for example, options in zip(task.scored, per_example):
         gold = options[example.gold]
+        golds.append(gold)
         loss_sum += gold.loss_sum
         n_tokens += gold.n_tokens
         if example.choices:
@@ -223,6 +331,7 @@ def evaluate_task(
         n_examples=len(task.scored),
         n_tokens=n_tokens,
         loss=loss_sum / n_tokens,
+        loss_se=ratio_standard_error(golds),
         accuracy=correct / len(task.scored),
         n_truncated=sum(seq.truncated for seq in sequences),
         source=task.source,
@@ -233,9 +342,7 @@ def evaluate_task(
     )
 
 
-def fit_shots(
-    task: Task, tokenizer: Tokenizer, bos_id: int, max_len: int
-) -> tuple[int, list[int], list[ScoredSequence]]:
+def fit_shots(task: Task, tokenizer: Tokenizer, bos_id: int, max_len: int) -> PreparedTask:
     """(shots, owning example of each sequence, sequences): the task's shot count, lowered one at a time
     while more than ``MAX_TRUNCATED_FRACTION`` of the sequences would be cut to ``max_len`` tokens."""
     shots = task.meta.shots

@@ -14,8 +14,9 @@ or, from the shell, lm-eval's own command line with the model registered::
 ``tokenizer`` (default: the checkpoint's), ``batch_tokens`` (input tokens per forward pass),
 ``max_gen_toks`` (default 256), ``device`` (from Python; lm-eval's command line passes its ``--device``).
 lm-eval's ``batch_size`` is accepted and unused: batches are formed by token count. Requests are scored
-exactly like ``loopscale eval`` (``continuation.encode_pairs`` and ``score_sequences``), log-likelihoods
-in nats. ``generate_until`` decodes greedily with the model's KV-cache ``generate()`` (one cache slot per
+exactly like ``loopscale eval`` (``continuation.encode_pairs`` and ``score_sequences``, requests with
+one context packed after one computed prompt), log-likelihoods in nats.
+``generate_until`` decodes greedily with the model's KV-cache ``generate()`` (one cache slot per
 loop iteration, method §2.9): at most ``max_gen_toks`` and at most half the context T new tokens, so the
 prompt keeps at least the last T/2 tokens (its left part is cut); decoding stops as soon as the text holds
 a stop string, or at BOS.
@@ -33,7 +34,13 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 import torch
 
 from loopscale.errors import UserError
-from loopscale.eval.continuation import DEFAULT_BATCH_TOKENS, ScoredSequence, encode_pairs, score_sequences
+from loopscale.eval.continuation import (
+    DEFAULT_BATCH_TOKENS,
+    ScoredSequence,
+    encode_pairs,
+    groups_by,
+    score_sequences,
+)
 from loopscale.eval.suite import EvalModel, load_eval_model
 
 DEFAULT_MAX_GEN_TOKS = 256
@@ -79,8 +86,8 @@ class LoopscaleLM(LM):
     def _encode(self, text: str) -> list[int]:
         return self.loaded.tokenizer.encode(text, add_special_tokens=False).ids
 
-    def _score(self, sequences: list[ScoredSequence]):
-        return score_sequences(sequences, self._logits, max_batch_tokens=self.batch_tokens,
+    def _score(self, sequences: list[ScoredSequence], groups=()):
+        return score_sequences(sequences, self._logits, groups=groups, max_batch_tokens=self.batch_tokens,
                                pad_id=self.loaded.bos_id, device=self.loaded.device)
 
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
@@ -88,7 +95,8 @@ class LoopscaleLM(LM):
         pairs = [tuple(req.args) for req in requests]
         sequences = encode_pairs(self.loaded.tokenizer, self.loaded.bos_id, pairs, self.max_length)
         out = []
-        for pair, score in zip(pairs, self._score(sequences)):
+        # requests with one context (a multiple-choice question's options) share one computed prompt
+        for pair, score in zip(pairs, self._score(sequences, groups_by([context for context, _ in pairs]))):
             result = (-score.loss_sum, score.greedy)
             self.cache_hook.add_partial("loglikelihood", pair, result)
             out.append(result)

@@ -5,10 +5,14 @@
     {"checkpoint": ..., "r": r_eval, "r_train": ..., "tokenizer": ...,
      "settings": {"selection": [...], "max_examples": ..., "task_dir": ..., "r_requested": ...,
                  "task_set": {name: digest}, "shuffle_seed": 1337, "fewshot_seed": 1234},
-     "tasks": {name: {loss, accuracy, n_examples, n_tokens, axis, type, shots, shots_requested,
+     "tasks": {name: {loss, loss_se, accuracy, n_examples, n_tokens, axis, type, shots, shots_requested,
                       n_truncated, n_sequences, source, deviation, digest}},
-     "axes": {axis: {loss, accuracy, tasks, standins, missing, complete}},
-     "macro_loss": ..., "missing": [{name, axis, reason}]}
+     "axes": {axis: {loss, loss_se, accuracy, tasks, standins, missing, complete}},
+     "macro_loss": ..., "macro_loss_se": ..., "missing": [{name, axis, reason}]}
+
+Every loss carries ``loss_se``, its standard error (nats) over the examples scored (a task's examples are
+a sample of its data; ``continuation.ratio_standard_error``); an axis's and the macro mean's follow from
+their parts'.
 
 Losses are per-token continuation losses in nats (method §10.1). The sweep's ``collect`` turns
 ``axes[*].loss`` into ``axis_<name>`` columns and records each axis's task list next to them.
@@ -17,13 +21,19 @@ Losses are per-token continuation losses in nats (method §10.1). The sweep's ``
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import json
 import math
+import multiprocessing
+import os
+import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import yaml
 from tokenizers import Tokenizer
 
 from loopscale.config import from_dict
@@ -34,6 +44,7 @@ from loopscale.eval.continuation import (
     LogitsFn,
     TaskResult,
     evaluate_task,
+    fit_shots,
     model_logits_fn,
 )
 from loopscale.eval.tasks import FEWSHOT_SEED, SHUFFLE_SEED, Task
@@ -61,6 +72,13 @@ class EvalModel:
     def seq_len(self) -> int:
         return self.model.cfg.seq_len
 
+    @functools.cached_property
+    def encoding_key(self) -> tuple[str, int, int]:
+        """What a task's tokenised prompts depend on besides the task: (sha256 of the tokenizer, BOS id,
+        model context T). Models with equal keys share ``fit_shots`` results."""
+        digest = hashlib.sha256(self.tokenizer.to_str().encode("utf-8")).hexdigest()
+        return digest, self.bos_id, self.seq_len
+
     def resolve_r(self, r: int | None) -> int:
         """The loop count to evaluate with: ``r``, or the trained r when None."""
         r_eval = self.r_train if r is None else int(r)
@@ -77,9 +95,9 @@ class EvalModel:
         (full sequences, no KV cache)."""
         base = model_logits_fn(self.model, r)
 
-        def logits(idx, positions):
+        def logits(idx, positions, **packing):
             with self.autocast():
-                return base(idx, positions)
+                return base(idx, positions, **packing)
 
         return logits
 
@@ -168,12 +186,15 @@ def evaluate_model(
     settings: dict | None = None,
     progress=None,
     reuse: Mapping[str, TaskResult] | None = None,
+    encodings: dict | None = None,
 ) -> dict:
     """Evaluate ``tasks`` with ``r`` loops (None: the trained r); the eval.json document (module docstring).
 
     ``reuse`` holds results of an earlier evaluation with the same settings, by task name; a task whose
     digest matches is taken from it instead of being scored again. ``progress(task_result)`` is called
-    after each task scored.
+    after each task scored. ``encodings`` is a cache of tokenised tasks (``fit_shots`` results) keyed by
+    task digest and ``loaded.encoding_key``, filled as tasks are tokenised: pass the same dict for every
+    model of a sweep and each task is tokenised once.
     """
     r_eval = loaded.resolve_r(r)
     logits_fn = loaded.logits_fn(r_eval)
@@ -184,8 +205,14 @@ def evaluate_model(
         if earlier is not None and earlier.digest == task.digest:
             results.append(earlier)
             continue
+        prepared = None
+        if encodings is not None:
+            key = (task.digest, *loaded.encoding_key)
+            if key not in encodings:
+                encodings[key] = fit_shots(task, loaded.tokenizer, loaded.bos_id, loaded.seq_len)
+            prepared = encodings[key]
         result = evaluate_task(task, loaded.tokenizer, loaded.bos_id, logits_fn, max_len=loaded.seq_len,
-                               max_batch_tokens=max_batch_tokens, device=loaded.device)
+                               max_batch_tokens=max_batch_tokens, device=loaded.device, prepared=prepared)
         if not math.isfinite(result.loss):
             raise UserError(f"task {task.name!r}: non-finite continuation loss ({result.loss}); "
                             "the checkpoint has diverged")
@@ -207,12 +234,14 @@ def evaluate_model(
 def format_report(report: dict) -> str:
     """Per-task and per-axis table of an eval.json document (losses in nats per continuation token).
 
-    ``shots`` shows used/requested when the prompts did not fit; ``cut`` is the share of sequences cut
+    ``± se`` is the loss's standard error over the sampled examples (``--limit`` draws a sample of each
+    task: compare two runs' losses against it); ``shots`` shows used/requested when the prompts did not
+    fit; ``cut`` is the share of sequences cut
     from the left to the model context; a ``*`` marks a task whose data differ from the paper's (listed
     under the table with how)."""
     lines = [f"checkpoint {report['checkpoint']}  r_eval={report['r']} (trained r={report['r_train']})", ""]
-    lines.append(f"{'task':<26}{'axis':<24}{'type':<5}{'shots':>6}{'n':>7}{'tokens':>9}{'loss':>9}{'acc':>7}"
-                 f"{'cut':>6}  source")
+    lines.append(f"{'task':<26}{'axis':<24}{'type':<5}{'shots':>6}{'n':>7}{'tokens':>9}{'loss':>9}{'± se':>8}"
+                 f"{'acc':>7}{'cut':>6}  source")
     tasks, reasons = report["tasks"], {m["name"]: m["reason"] for m in report["missing"]}
     for axis, entry in report["axes"].items():
         for name in entry["tasks"]:
@@ -223,10 +252,11 @@ def format_report(report: dict) -> str:
             cut = t["n_truncated"] / t["n_sequences"]
             source = "generated" if t["source"].startswith("generated") else Path(t["source"]).name
             lines.append(f"{label:<26}{axis:<24}{t['type']:<5}{shots:>6}{t['n_examples']:>7}{t['n_tokens']:>9}"
-                         f"{t['loss']:>9.4f}{t['accuracy']:>7.3f}{cut:>6.0%}  {source}")
+                         f"{t['loss']:>9.4f}{_se(t.get('loss_se')):>8}{t['accuracy']:>7.3f}{cut:>6.0%}"
+                         f"  {source}")
         for name in entry["missing"]:
             lines.append(f"{_label(name):<26}{axis:<24}missing: {reasons.get(name, 'no task file')}")
-    lines += ["", f"{'axis':<26}{'loss':>9}{'acc':>7}  tasks"]
+    lines += ["", f"{'axis':<26}{'loss':>9}{'± se':>8}{'acc':>7}  tasks"]
     for axis, entry in report["axes"].items():
         n_ran, n_all = len(entry["tasks"]), len(entry["tasks"]) + len(entry["missing"])
         coverage = f"{n_ran}/{n_all}"
@@ -235,17 +265,24 @@ def format_report(report: dict) -> str:
         if entry["standins"]:
             coverage += f"; stand-in data: {', '.join(entry['standins'])}"
         if entry["loss"] is None:
-            lines.append(f"{axis:<26}{'-':>9}{'-':>7}  {coverage}")
+            lines.append(f"{axis:<26}{'-':>9}{'':>8}{'-':>7}  {coverage}")
         else:
-            lines.append(f"{axis:<26}{entry['loss']:>9.4f}{entry['accuracy']:>7.3f}  {coverage}")
+            lines.append(f"{axis:<26}{entry['loss']:>9.4f}{_se(entry.get('loss_se')):>8}"
+                         f"{entry['accuracy']:>7.3f}  {coverage}")
     if report["macro_loss"] is not None:
-        lines.append(f"{'macro (mean of axes)':<26}{report['macro_loss']:>9.4f}")
+        macro_se = _se(report.get("macro_loss_se"))
+        lines.append(f"{'macro (mean of axes)':<26}{report['macro_loss']:>9.4f}{macro_se:>8}")
     notes = [f"* {_label(name)}: {t['deviation']}" for name, t in tasks.items() if t["deviation"]]
     reduced = [name for name, t in tasks.items() if t["shots"] != t["shots_requested"]]
     if reduced:
         notes.append("fewer shots than requested, as more than 10% of the prompts would be cut to the model "
                      f"context: {', '.join(reduced)}")
     return "\n".join(lines + ([""] + notes if notes else []))
+
+
+def _se(value) -> str:
+    """A standard error for the tables ("–" when unknown, e.g. one example or an older eval.json)."""
+    return f"{value:.4f}" if isinstance(value, float) and math.isfinite(value) else "–"
 
 
 def _label(name: str) -> str:
@@ -263,6 +300,8 @@ def eval_sweep(
     max_batch_tokens: int = DEFAULT_BATCH_TOKENS,
     settings: dict | None = None,
     force: bool = False,
+    workers: int | None = None,
+    threads: int | None = None,
     log=print,
 ) -> dict[str, int]:
     """Evaluate every finished (status ok) run of a sweep folder (``SWEEP_DIR/runs/NAME``), writing
@@ -271,38 +310,123 @@ def eval_sweep(
     Resumable by task: a run whose eval.json has the same settings (task selection, cap, task folder,
     requested r) keeps the results of every task whose content digest is unchanged and scores only the
     tasks that are new or changed (a task file added or rewritten by ``loopscale eval prepare``); a run
-    with nothing new is "done". ``force`` scores everything again. Returns counts of evaluated / done /
-    skipped runs."""
+    with nothing new is "done". ``force`` scores everything again.
+
+    ``workers`` evaluations run at once, each in its own process with ``threads`` CPU threads (None:
+    ``sweep.plan.local_layout``, as ``loopscale sweep`` lays out its runs: one single-threaded
+    evaluation per core for small CPU models, else one with torch's threads). Each process tokenises a
+    task once for all the runs it evaluates. Interrupted, it loses only the runs in flight (each eval.json
+    is written whole or not at all). Returns counts of evaluated / done / skipped runs."""
+    from loopscale.sweep.plan import local_layout
     from loopscale.sweep.rundir import run_dir, run_state
 
     root = Path(sweep_dir)
     if not (root / "runs").is_dir():
         raise UserError(f"{root} is not a sweep folder (no runs/ folder); run `loopscale sweep` first")
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers must be >= 1, got {workers}")
     names = sorted(p.name for p in (root / "runs").iterdir() if p.is_dir())
     settings = {**(settings or {}), "r_requested": r}
     wanted = {task.name: task.digest for task in tasks}
     counts = {"evaluated": 0, "done": 0, "skipped": 0}
+    todo: list[tuple[Path, dict[str, TaskResult]]] = []
     for name in names:
         state = run_state(root, name)
         if state.status != "ok":
             log(f"{name}: skipped ({state.status}: {state.reason})")
             counts["skipped"] += 1
             continue
-        out = run_dir(root, name) / EVAL_FILE
+        folder = run_dir(root, name)
+        out = folder / EVAL_FILE
         earlier = {} if force else reusable_results(out, settings)
         if {n: res.digest for n, res in earlier.items()} == wanted and _same_missing(out, missing):
             log(f"{name}: done ({out})")
             counts["done"] += 1
             continue
-        loaded = load_eval_model(run_dir(root, name), tokenizer, device)
-        report = evaluate_model(loaded, tasks, missing, r=r, max_batch_tokens=max_batch_tokens,
-                                settings=settings, reuse=earlier)
-        atomic_write_json(out, report)
-        kept = sum(1 for n, digest in wanted.items() if n in earlier and earlier[n].digest == digest)
-        log(f"{name}: r={report['r']} macro loss {report['macro_loss']:.4f} nats ({len(tasks) - kept} "
-            f"task(s) scored, {kept} kept) -> {out}")
-        counts["evaluated"] += 1
+        todo.append((folder, earlier))
+    if not todo:
+        return counts
+    if workers is None:
+        layout = local_layout(device, [_run_width(folder) for folder, _ in todo])
+        log(f"eval-sweep: {len(todo)} run(s) to evaluate, {layout.why}")
+        workers = layout.workers
+    workers = min(workers, len(todo))
+    if threads is None and workers > 1 and str(device or "cpu").startswith("cpu"):
+        threads = max(1, (os.cpu_count() or 1) // workers)  # share the cores, do not oversubscribe them
+    job = _SweepJob(tuple(tasks), tuple(missing), r, tokenizer, device, max_batch_tokens, settings, threads)
+    if workers == 1:
+        _init_worker(job)
+        for line in map(_evaluate_run, todo):
+            log(line)
+            counts["evaluated"] += 1
+        return counts
+    # workers are born ignoring Ctrl-C (an ignored signal stays ignored across exec): the parent alone
+    # handles it, by terminating the pool, so no worker prints a traceback of its own
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        pool = multiprocessing.get_context("spawn").Pool(workers, _init_worker, (job,))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    try:
+        for line in pool.imap_unordered(_evaluate_run, todo):
+            log(line)
+            counts["evaluated"] += 1
+        pool.close()
+    except BaseException:
+        pool.terminate()  # Ctrl-C or a failed run: stop the others (their eval.json are not half-written)
+        raise
+    finally:
+        pool.join()
     return counts
+
+
+@dataclass(frozen=True)
+class _SweepJob:
+    """What every evaluation of one ``eval_sweep`` shares (sent once to each worker process)."""
+
+    tasks: tuple[Task, ...]
+    missing: tuple[MissingTask, ...]
+    r: int | None
+    tokenizer: str | Path | None
+    device: str | None
+    max_batch_tokens: int
+    settings: dict
+    threads: int | None
+
+
+_JOB: _SweepJob | None = None
+_ENCODINGS: dict = {}  # this process's tokenised tasks, shared by the runs it evaluates
+
+
+def _init_worker(job: _SweepJob) -> None:
+    global _JOB
+    _JOB = job
+    _ENCODINGS.clear()
+    if job.threads is not None:
+        torch.set_num_threads(job.threads)
+
+
+def _evaluate_run(item: tuple[Path, dict[str, TaskResult]]) -> str:
+    """Evaluate one run folder with the process's job and write its eval.json; the log line."""
+    folder, earlier = item
+    job = _JOB
+    assert job is not None, "_init_worker sets the job first"
+    loaded = load_eval_model(folder, job.tokenizer, job.device)
+    report = evaluate_model(loaded, job.tasks, job.missing, r=job.r, max_batch_tokens=job.max_batch_tokens,
+                            settings=job.settings, reuse=earlier, encodings=_ENCODINGS)
+    out = folder / EVAL_FILE
+    atomic_write_json(out, report)
+    kept = sum(1 for task in job.tasks if task.name in earlier and earlier[task.name].digest == task.digest)
+    return (f"{folder.name}: r={report['r']} macro loss {report['macro_loss']:.4f} nats "
+            f"({len(job.tasks) - kept} task(s) scored, {kept} kept) -> {out}")
+
+
+def _run_width(folder: Path) -> int:
+    """Model width of a run folder's resolved config (0 when unreadable: then it does not decide)."""
+    try:
+        return int(yaml.safe_load((folder / "config.yaml").read_text())["model"]["width"])
+    except (OSError, ValueError, TypeError, KeyError, yaml.YAMLError):
+        return 0
 
 
 def reusable_results(path: Path, settings: dict) -> dict[str, TaskResult]:

@@ -75,7 +75,8 @@ class CausalSelfAttention(nn.Module):
         self.c_v = nn.Linear(d, d, bias=False)
         self.c_proj = nn.Linear(d, d, bias=False)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KVSlot | None) -> Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KVSlot | None,
+                mask: Tensor | None = None) -> Tensor:
         b, t, d = x.shape
         q, k, v = (lin(x).view(b, t, self.n_head, self.head_dim).transpose(1, 2)
                    for lin in (self.c_q, self.c_k, self.c_v))
@@ -85,7 +86,9 @@ class CausalSelfAttention(nn.Module):
             if kv.k is not None:
                 k, v = torch.cat([kv.k, k], dim=2), torch.cat([kv.v, v], dim=2)
             kv.k, kv.v = k, v
-        if t == k.size(2):
+        if mask is not None:  # packed sequences (no cache): the caller's [B, 1, T, T] mask, True = attend
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        elif t == k.size(2):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         elif t == 1:  # one new token attends to every cached position
             y = F.scaled_dot_product_attention(q, k, v)
@@ -112,8 +115,9 @@ class Block(nn.Module):
         self.norm_mlp = RMSNorm(cfg.width, cfg.norm_eps)
         self.mlp = MLP(cfg.width)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KVSlot | None) -> Tensor:
-        x = x + self.attn(self.norm_attn(x), cos, sin, kv)
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KVSlot | None,
+                mask: Tensor | None = None) -> Tensor:
+        x = x + self.attn(self.norm_attn(x), cos, sin, kv, mask)
         return x + self.mlp(self.norm_mlp(x))
 
 
@@ -204,18 +208,27 @@ class LoopedGPT(nn.Module):
             )
         return r
 
-    def _hidden(self, idx: torch.Tensor, r: int, cache: list[KVSlot] | None, pos: int) -> torch.Tensor:
+    def _hidden(self, idx: torch.Tensor, r: int, cache: list[KVSlot] | None, pos: int,
+                token_pos: Tensor | None = None, attn_mask: Tensor | None = None) -> torch.Tensor:
         """Final hidden states [B, T, d] for tokens at positions pos..pos+T−1 (cache: one slot per layer
-        application, i.e. prelude + r·ℓ_rec + coda slots)."""
+        application, i.e. prelude + r·ℓ_rec + coda slots). Packed sequences instead give each token's
+        position ``token_pos`` [B, T] and who attends to whom, ``attn_mask`` [B, T, T] (True = attend)."""
         t = idx.size(1)
-        if pos + t > self.cfg.seq_len:
+        if token_pos is not None:
+            if int(token_pos.max()) >= self.cfg.seq_len:
+                raise UserError(f"token position {int(token_pos.max())} exceeds the model's seq_len "
+                                f"{self.cfg.seq_len}")
+            cos, sin = self.rope_cos[token_pos].unsqueeze(1), self.rope_sin[token_pos].unsqueeze(1)
+        elif pos + t > self.cfg.seq_len:
             raise UserError(f"sequence of {pos + t} tokens exceeds the model's seq_len {self.cfg.seq_len}")
-        cos, sin = self.rope_cos[pos:pos + t], self.rope_sin[pos:pos + t]
+        else:
+            cos, sin = self.rope_cos[pos:pos + t], self.rope_sin[pos:pos + t]
+        mask = attn_mask.unsqueeze(1) if attn_mask is not None else None
         slots = iter(cache) if cache is not None else None
 
         def run(blocks: nn.ModuleList, x: torch.Tensor) -> torch.Tensor:
             for block in blocks:
-                x = block(x, cos, sin, next(slots) if slots is not None else None)
+                x = block(x, cos, sin, next(slots) if slots is not None else None, mask)
             return x
 
         mode = self.layout.injection
@@ -270,11 +283,17 @@ class LoopedGPT(nn.Module):
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1, reduction=reduction)
         return loss if reduction == "mean" else loss.view_as(targets)
 
-    def logits_at(self, idx: torch.Tensor, positions: torch.Tensor, *, r: int | None = None) -> torch.Tensor:
+    def logits_at(self, idx: torch.Tensor, positions: torch.Tensor, *, r: int | None = None,
+                  token_pos: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None) -> Tensor:
         """fp32 softcapped logits [n, vocab_size] at the n True entries of ``positions`` [B, T] (row-major
         order), the same values as ``forward(idx, r=r)[positions]``. Scoring a continuation needs only its
-        few positions, and for a small model the unembedding is a large share of the forward pass."""
-        return self._logits(self._hidden(idx, self._loops(r), None, 0)[positions])
+        few positions, and for a small model the unembedding is a large share of the forward pass.
+
+        ``token_pos`` [B, T] (RoPE positions) and ``attn_mask`` [B, T, T] (bool, True = attend) score
+        packed rows: several continuations after one shared prompt, each attending to the prompt and to
+        itself (eval's multiple-choice options), so the prompt is computed once."""
+        hidden = self._hidden(idx, self._loops(r), None, 0, token_pos, attn_mask)
+        return self._logits(hidden[positions])
 
     @torch.no_grad()
     def generate(

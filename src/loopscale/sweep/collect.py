@@ -4,7 +4,8 @@ One row per planned run, always: finished runs carry their final validation loss
 carry ``status = failed`` and a reason (non-finite loss, out of memory, killed, …); runs that have not
 finished carry ``status = pending`` and say whether they never started or were interrupted. There are no
 silent gaps. If ``eval.json`` exists in a run folder (``loopscale eval-sweep``), its per-axis continuation
-losses become ``axis_<name>`` columns, and the tasks each one averages become ``tasks_<name>`` columns
+losses become ``axis_<name>`` columns, their standard errors ``se_axis_<name>`` (nats, over the sampled
+examples), and the tasks each one averages become ``tasks_<name>`` columns
 (space-separated task names; a ``*`` marks a task whose data differ from the paper's, e.g. a subset;
 ``-`` an axis that was evaluated but none of whose tasks had data).
 """
@@ -35,6 +36,7 @@ RESULT_COLUMNS = tuple(c for c in PLAN_COLUMNS if c != "total_flops") + (
 )
 EVAL_FILE = "eval.json"
 TASKS_PREFIX = "tasks_"  # text columns: the tasks behind each axis_<name> number
+SE_PREFIX = "se_"  # se_axis_<name>: the standard error (nats) of axis_<name>
 NO_TASKS = "-"  # an evaluated axis none of whose tasks had data (an unevaluated run leaves the cell empty)
 
 
@@ -51,6 +53,9 @@ def _axis_losses(folder: Path) -> dict[str, float | str]:
     for name, value in axes.items():
         loss = value.get("loss") if isinstance(value, dict) else value
         out[f"axis_{name}"] = float(loss) if loss is not None else math.nan
+        if isinstance(value, dict) and "loss_se" in value:
+            se = value["loss_se"]
+            out[f"{SE_PREFIX}axis_{name}"] = float(se) if se is not None else math.nan
         if isinstance(value, dict) and isinstance(value.get("tasks"), list):
             standins = set(value.get("standins") or [])
             listed = " ".join(t + "*" * (t in standins) for t in value["tasks"])
@@ -90,8 +95,9 @@ def collect_rows(root: str | Path) -> list[dict]:
 
 def _columns(rows: list[dict]) -> list[str]:
     axes = sorted({key for row in rows for key in row if key.startswith("axis_")})
+    errors = sorted({key for row in rows for key in row if key.startswith(SE_PREFIX)})
     tasks = sorted({key for row in rows for key in row if key.startswith(TASKS_PREFIX)})
-    return [*RESULT_COLUMNS, *axes, *tasks]
+    return [*RESULT_COLUMNS, *axes, *errors, *tasks]
 
 
 def write_results(root: str | Path, rows: list[dict], out: str | Path | None = None) -> tuple[Path, Path]:

@@ -196,18 +196,25 @@ class Layout:
 def default_layout(spec: SweepSpec, runs: list[PlannedRun]) -> Layout:
     """The worker × thread layout a local sweep uses when the user gives neither ``--workers`` nor
     ``--threads``: one single-threaded run per core for CPU sweeps of small models, else one run."""
+    return local_layout(str(spec.train.get("device", "auto")), [run.width for run in runs], spec.nproc)
+
+
+def local_layout(device: str | None, widths: list[int], nproc: int = 1) -> Layout:
+    """One single-threaded job per core when every job is a small model (width ≤ ONE_THREAD_MAX_WIDTH) on
+    the CPU, else one job with torch's threads. Measured on 2 cores: two 1-thread runs beat one 2-thread
+    run by 12–35% at small widths (docs/sweeps.md). Shared by ``sweep``, ``plan``, ``design`` and
+    ``eval-sweep``; ``device`` None or "auto" means cuda when available."""
     cores = os.cpu_count() or 1
-    device = str(spec.train.get("device", "auto"))
-    if device == "auto":
+    if device in (None, "auto"):
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    widest = max((run.width for run in runs), default=0)
-    if device != "cpu" or spec.nproc > 1 or cores == 1:
-        return Layout(1, None, f"one run at a time ({device}, {spec.nproc} process(es) per run)")
+    widest = max(widths, default=0)
+    if device != "cpu" or nproc > 1 or cores == 1:
+        return Layout(1, None, f"one run at a time ({device}, {nproc} process(es) per run)")
     if widest > ONE_THREAD_MAX_WIDTH:
         return Layout(1, None, f"one run, {cores} threads (widths up to {widest} > {ONE_THREAD_MAX_WIDTH})")
-    workers = max(1, min(cores, len(runs)))
+    workers = max(1, min(cores, len(widths)))
     return Layout(workers, 1, f"{workers} one-thread runs at once (CPU, widths ≤ {ONE_THREAD_MAX_WIDTH})")
 
 
@@ -251,7 +258,12 @@ class ThroughputProbe:
 
     def sweep_seconds(self, runs: list[PlannedRun]) -> float:
         """Estimated wall time of ``runs`` spread over ``workers`` concurrent runs (seconds)."""
-        return sum(self.seconds(run) for run in runs) / self.workers
+        return sum(self.wall_shares(runs))
+
+    def wall_shares(self, runs: list[PlannedRun]) -> list[float]:
+        """Each run's share of the sweep's estimated wall time (seconds): its own time over ``workers``, the
+        packing ``sweep_seconds`` assumes (runs spread evenly over the concurrent workers)."""
+        return [self.seconds(run) / self.workers for run in runs]
 
     def rate(self, width: int) -> float:
         """Training FLOPs/s at ``width``."""
