@@ -40,8 +40,9 @@ def test_axis_task_lists_travel_from_eval_json_to_the_report(tmp_path):
 
 
 def test_axis_standard_errors_and_correlations_reach_the_report(tmp_path):
-    """se_axis_<name> columns travel eval.json → results.csv → the downstream table ("loss ± se"), and
-    the report correlates each axis (and their mean, over axes with data) with the validation loss."""
+    """se_axis_<name> columns travel eval.json → results.csv → the downstream table ("loss ± se"), the
+    gaps to r = 1 carry the SE of the difference, and the report correlates each axis (and their mean,
+    over axes with data) with the validation loss."""
     import statistics
 
     from loopscale.report.build import _axes_section
@@ -57,7 +58,8 @@ def test_axis_standard_errors_and_correlations_reach_the_report(tmp_path):
         (folder / "eval.json").write_text(json.dumps({"axes": axes}))
         base = {c: math.nan for c in RESULT_COLUMNS} | {"status": "ok", "run": f"run{i}", "reason": None,
                                                           "group": None, "recipe": "muonh"}
-        base |= {c: 1 for c in _INT_COLUMNS} | {"budget": 1e12 * (1 + i), "loss": val}
+        base |= {c: 1 for c in _INT_COLUMNS}
+        base |= {"budget": 1e12 * (1 + i // 2), "r": 1 + 3 * (i % 2), "loss": val}  # r = 1 and 4 per budget
         rows.append(base | _axis_losses(folder))
     csv_path, _ = write_results(tmp_path, rows)
     back = read_results(csv_path)
@@ -66,7 +68,9 @@ def test_axis_standard_errors_and_correlations_reach_the_report(tmp_path):
     section = _axes_section(back)
     table = section.blocks[1]
     assert table.rows[0][4:] == ["5.0000 ± 0.0500", "–", "4.1000 ± 0.0200"]
-    correlations = section.blocks[3]
+    gaps = section.blocks[3]  # r = 4 minus r = 1 at each budget, ± the SE of the difference
+    assert gaps.rows[0] == ["1e+12", "4", "-0.100 ± 0.071 (not resolved)", "–", "+0.300 ± 0.028"]
+    correlations = section.blocks[5]
     got = {row[0]: row[1] for row in correlations.rows}
     vals = [3.0, 3.2, 3.5, 3.9]
     assert got["parametric_knowledge"] == f"{statistics.correlation(vals, [4.1, 4.4, 4.6, 5.2]):+.3f}"

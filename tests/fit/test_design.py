@@ -305,3 +305,226 @@ def test_a_second_extension_from_the_sweeps_own_widths_is_ext2(tmp_path, capsys)
     )
     assert main(["design", "--from", str(root), "--no-probe"]) == 2
     assert "needs a target" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ search cost, bracketing, simulated power
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 200),
+    data=st.data(),
+    slack=st.floats(0.2, 3.0),
+)
+def test_bracket_search_finds_the_first_passing_index(n, data, slack):
+    """A monotone predicate, a seed anywhere and a biased guess (``aim`` off by a factor): with enough
+    evaluations the search returns exactly the first passing index (None if nothing passes), never evaluates
+    an index twice, and never returns a failing one."""
+    threshold = data.draw(st.integers(0, n))  # n: nothing passes
+    seed = data.draw(st.integers(0, n - 1))
+    calls = []
+
+    def passes(i):
+        calls.append(i)
+        return i >= threshold
+
+    def aim(i):
+        return int(threshold * slack)
+
+    budget = 3 * math.ceil(math.log2(n + 1)) + 3
+    found, evaluated = d.bracket_search(n, seed, passes, aim, budget)
+    assert evaluated == calls and len(set(calls)) == len(calls) <= budget and calls[0] == seed
+    assert found == (threshold if threshold < n else None)
+    # a tight budget: whatever is returned passes, and the budget holds
+    calls.clear()
+    found, evaluated = d.bracket_search(n, seed, passes, aim, 2)
+    assert len(evaluated) <= 2 and (found is None or found >= threshold)
+
+
+def test_bracket_search_bisects_in_position_and_expands_at_most_twofold():
+    """With positions (costs), a far-off aim moves the bracket at most 2x in cost, and bisection halves the
+    bracket in cost, not in index: on a front crowded at the cheap end the probe lands mid-cost."""
+    cost = np.concatenate([np.linspace(1, 2, 90), np.linspace(3, 10, 10)])
+    _, evaluated = d.bracket_search(100, 0, lambda i: cost[i] >= 3.5, lambda i: 99, 4, position=cost)
+    assert cost[evaluated[1]] <= 2 * cost[0] < cost[evaluated[2]] <= 4 * cost[0]  # 1 → ≤ 2 → ≤ 4
+    assert cost[evaluated[2]] >= 3.5  # the second expansion brackets the answer
+    assert abs(cost[evaluated[3]] - 0.5 * (cost[evaluated[1]] + cost[evaluated[2]])) <= 0.5
+    # downwards too: a far-off aim below a hit goes no lower than half its cost
+    _, down = d.bracket_search(100, 99, lambda i: cost[i] >= 3.5, lambda i: 0, 2, position=cost)
+    assert cost[down[1]] >= cost[99] / 2
+
+
+@pytest.fixture(scope="module")
+def small():
+    """Three budgets, r ∈ {1, 8}: the search is fast."""
+    prior = d.load_prior("paper")
+    cands = d.candidates_from_spec(preset("paper"), budgets=BUDGETS[:3], rs=[1, 8])
+    return prior, cands, d.Information.build(prior, cands)
+
+
+def test_the_search_minimises_the_cost_it_is_given(small):
+    """A cost proportional to FLOPs gives the FLOP path; a cost that makes the middle budget 50x dearer per
+    FLOP makes the wall path reach the FLOP path's final precision without paying for that budget first."""
+    _, cands, info = small
+    flop_path = d.greedy_path(cands, info)
+    scaled = d.greedy_path(cands.with_cost(3 * cands.flops), info)
+    assert [p.design.idx.tolist() for p in scaled] == [p.design.idx.tolist() for p in flop_path]
+    assert [p.cost for p in scaled] == pytest.approx([3 * p.flops for p in flop_path])
+    middle = cands.budget == BUDGETS[1]
+    dear = cands.with_cost(np.where(middle, 50.0, 1.0) * cands.flops)
+    path = d.greedy_path(dear, info)
+    for p in path:
+        assert p.cost == pytest.approx(float(dear.run_cost[p.design.idx].sum()))
+    first_middle = [middle[p.design.idx].any() for p in path].index(True)
+    flop_first_middle = [middle[p.design.idx].any() for p in flop_path].index(True)
+    assert first_middle > flop_first_middle
+    front = d.pareto(path)
+    assert [p.cost for p in front] == sorted(p.cost for p in front)
+    assert all(a.predicted["phi"] > b.predicted["phi"] for a, b in zip(front, front[1:]))
+
+
+def _fake_realisation(optimism):
+    """A ``simulate`` stand-in: realised width = predicted × optimism(design)."""
+
+    def fake(cands, info, prior, design, k, **settings):
+        width = info.ci_widths(design.weights(len(cands.runs)))["phi"] * optimism(design)
+        return d.Realisation(k=k, ci_width={"phi": width}, coverage=1.0, phi_median=0.0, phi_at_bound=0.0)
+
+    return fake
+
+
+def test_simulated_ci_search_finds_the_cheapest_design_that_realises_the_target(small, monkeypatch):
+    """Realised = predicted × (1 + 1/cells): sparse designs are optimistic, as measured. The search returns
+    the cheapest front design whose realised width reaches the target (the brute-force answer), simulating
+    at most ``rounds`` designs, each once, and logs every one of them."""
+    prior, cands, info = small
+
+    def optimism(design):
+        return 1 + 1.5 / len({(b, r) for b, r in zip(cands.budget[design.idx], cands.r[design.idx])})
+
+    monkeypatch.setattr(d, "simulate", _fake_realisation(optimism))
+    paths = [search(cands, info) for search in (d.greedy_path, d.pruning_path)]
+    front = d.pareto([p for path in paths for p in path])
+    realised = [p.predicted["phi"] * optimism(p.design) for p in front]
+    target = float(np.quantile(realised, 0.4))
+    truth = next(p for p, w in zip(front, realised) if w <= target)
+    assert truth is not d.choose(front, target, None)  # the asymptotic pick is not the answer
+    chosen, real, log = d.simulate_in_loop(cands, info, prior, paths, 1, target_ci=target, rounds=12)
+    assert chosen is truth and real.ci_width["phi"] <= target
+    labels = [row["design"] for row in log]
+    assert len(labels) == len(set(labels)) <= 12
+    assert all(row["reaches_target"] == (row["realised"]["ci_width"]["phi"] <= target) for row in log)
+    chosen6, _, log6 = d.simulate_in_loop(cands, info, prior, paths, 1, target_ci=target, rounds=3)
+    assert len(log6) <= 3
+    passing = [row for row in log6 if row["reaches_target"]]
+    if passing:  # the cheapest simulated design that realises the target
+        assert chosen6.design.label == min(passing, key=lambda row: row["cost"])["design"]
+
+
+def test_simulated_power_search_returns_the_cheapest_design_that_reaches_the_power(small, monkeypatch):
+    """With a stand-in for ``simulate_power`` (power of an SE 1.6x the asymptotic one) the search returns the
+    brute-force answer on the cost-vs-SE(Δφ) front; the asymptotic power only seeds it."""
+    prior, cands, info = small
+    shared = (cands.r == 1).astype(float)
+
+    def se(design):
+        return d.delta_phi_se(info, design.weights(len(cands.runs)), shared)
+
+    def fake(cands_, info_, prior_, design, delta, k, **settings):
+        return {"power": d.power(delta, 1.6 * se(design)), "median_ci_width": 0.0, "k": k}
+
+    monkeypatch.setattr(d, "simulate_power", fake)
+    points = [p for search in (d.greedy_path, d.pruning_path) for p in search(cands, info)]
+    front = d.pareto(points, score=lambda p: se(p.design))
+    delta = 2.8 * 1.6 * float(np.median([se(p.design) for p in front]))  # the answer mid-front
+    truth = next((p for p in front if d.power(delta, 1.6 * se(p.design)) >= 0.8), None)
+    assert truth is not None and truth is not d.cheapest_with_power(cands, info, front, delta)
+    found, sim, log = d.simulate_power_in_loop(cands, info, prior, points, delta, 4, rounds=12)
+    assert found is truth and sim["power"] >= 0.8
+    assert len({row["design"] for row in log}) == len(log) <= 12
+    assert all(row["predicted_power"] == pytest.approx(d.power(delta, row["se_delta_phi"])) for row in log)
+
+
+def test_simulated_power_search_end_to_end_tiny(small):
+    """The real ``compare`` simulation on a tiny case (one pair per design, few resamples): a large Δφ is
+    detected by a design that is cheaper than the largest, and every simulated design is logged."""
+    prior, cands, info = small
+    points = [p for search in (d.greedy_path, d.pruning_path) for p in search(cands, info)]
+    kw = {"restarts": 10, "bootstrap": 5, "bootstrap_restarts": 1}
+    found, sim, log = d.simulate_power_in_loop(cands, info, prior, points, 0.4, 1, target=0.5, rounds=2, **kw)
+    assert 1 <= len(log) <= 2
+    assert all(row["simulated"]["power"] in (0.0, 1.0) for row in log)  # one pair: detected or not
+    if found is not None:
+        assert sim["power"] >= 0.5 and found.flops < max(p.flops for p in points)
+        assert (
+            found.design.label
+            == min((row for row in log if row["reaches_target"]), key=lambda row: row["cost"])["design"]
+        )
+
+
+def test_cli_wall_cost_uses_the_planners_estimate(tmp_path, capsys, monkeypatch):
+    """--cost wall: the search minimises each run's share of the planner's wall-time estimate
+    (``ThroughputProbe.wall_shares``); the design's est. wall time is what `loopscale plan` would print for
+    its spec. The probe is a fixed stand-in (small widths slow per FLOP, a start cost per run)."""
+    from loopscale.sweep import plan as plan_mod
+
+    probe = plan_mod.ThroughputProbe(
+        flops_per_s={256: 2e11, 1024: 2e12, 3072: 4e12}, device="cpu", threads=1, workers=2, start_seconds=30
+    )
+    monkeypatch.setattr(plan_mod, "measure_throughput", lambda spec, runs, workers=1: probe)
+    base = ["design", "--preset", "paper", "--budgets", *map(str, BUDGETS[:3]), "--rs", "1", "8"]
+    docs = {}
+    for cost in ("wall", "flops"):
+        out, doc_path = tmp_path / f"{cost}.yaml", tmp_path / f"{cost}.json"
+        args = [*base, "--workers", "2", "--cost", cost, "--target-ci", "0.2", "--out", str(out)]
+        assert main([*args, "--json", str(doc_path)]) == 0, capsys.readouterr().err
+        docs[cost] = doc = json.loads(doc_path.read_text())
+        assert doc["cost"] == cost
+        assert doc["design"]["est_seconds"] == pytest.approx(probe.sweep_seconds(plan_sweep(load_spec(out))))
+        assert doc["design"]["predicted_ci"]["phi"] <= 0.2
+    assert docs["wall"]["design"]["est_seconds"] <= docs["flops"]["design"]["est_seconds"]
+    costs = [p["cost"] for p in docs["wall"]["pareto"]]
+    assert costs == sorted(costs)
+    assert main([*base, "--cost", "wall", "--no-probe"]) == 2
+    assert "needs its throughput probe" in capsys.readouterr().err
+
+
+def test_cli_simulated_searches_report_every_candidate(tmp_path, capsys):
+    """--target-ci with --simulate and --simulate-power: every simulated design is in the printed tables and
+    the JSON, at most --sim-rounds of each (tiny settings: one draw per design, few resamples)."""
+    code = main(
+        [
+            *["design", "--preset", "paper", "--budgets", *map(str, BUDGETS[:3]), "--rs", "1", "8"],
+            *["--no-probe", "--target-ci", "0.25", "--simulate", "1", "--sim-rounds", "2"],
+            *["--sim-restarts", "10", "--sim-bootstrap", "5", "--sim-bootstrap-restarts", "1"],
+            *["--no-reference-sim", "--simulate-power", "1", "--delta-phi", "0.4", "--target-power", "0.5"],
+            *["--json", str(tmp_path / "d.json")],
+        ]
+    )
+    assert code == 0, capsys.readouterr().err
+    text = capsys.readouterr().out
+    doc = json.loads((tmp_path / "d.json").read_text())
+    rounds, power = doc["simulation_rounds"], doc["power"]["simulated"]
+    assert 1 <= len(rounds) <= 2 and 1 <= len(power["candidates"]) <= 2
+    for row in rounds + power["candidates"]:
+        assert row["design"] in text
+    assert "simulated designs" in text and "searching for power >= 0.5" in text
+    passing = [row for row in rounds if row["reaches_target"]]
+    if passing:
+        assert doc["design"]["label"] == min(passing, key=lambda row: row["cost"])["design"]
+
+
+def test_cli_default_target_is_the_references_realised_width(tmp_path, capsys):
+    """With --simulate and no target, the design must realise the reference's own width on the same seeds."""
+    code = main(
+        [
+            *["design", "--preset", "paper", "--budgets", *map(str, BUDGETS[:3]), "--rs", "1", "8"],
+            *["--no-probe", "--simulate", "1", "--sim-rounds", "1", "--sim-restarts", "10"],
+            *["--sim-bootstrap", "5", "--sim-bootstrap-restarts", "1", "--json", str(tmp_path / "d.json")],
+        ]
+    )
+    assert code == 0, capsys.readouterr().err
+    doc = json.loads((tmp_path / "d.json").read_text())
+    assert doc["target"]["ci_phi"] == doc["reference_grid"]["realised"]["ci_width"]["phi"]
+    assert doc["target"]["source"] == "the reference's realised width"
+    assert "the reference's realised width" in capsys.readouterr().out

@@ -1,9 +1,11 @@
 """``loopscale design``: choose the runs that measure φ to a target precision for the least compute.
 
 Prints the chosen design beside the reference grid (runs, training FLOPs, estimated wall time, predicted
-and, with ``--simulate``, realised 95% CI widths), the Pareto path of the search and a Δφ power table; writes
-the design as a sweep spec (``--out``) that ``loopscale sweep`` runs as it is. ``--from SWEEP_DIR`` refits a
-partial sweep and writes its spec extended by the runs that shrink φ's CI most per FLOP.
+and, with ``--simulate``, realised 95% CI widths), the Pareto path of the search (by FLOPs, or ``--cost wall``
+by the planner's wall-time estimate), every design simulated by the bracketing search, and a Δφ power table
+(``--simulate-power``: a search on simulated power); writes the design as a sweep spec (``--out``) that
+``loopscale sweep`` runs as it is. ``--from SWEEP_DIR`` refits a partial sweep and writes its spec extended by
+the runs that shrink φ's CI most per unit cost.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "design",
-        help="choose the sweep runs that measure phi to a target CI width for the least FLOPs "
+        help="choose the sweep runs that measure phi to a target CI width for the least FLOPs or wall time "
         "(docs/design.md)",
     )
     _add_spec_args(p, required=False)
@@ -64,7 +66,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="loop counts every included budget must hold: ends (r_min and r_max; default), all, or min "
         "(r_min only); other r are added where they pay",
     )
-    t = p.add_argument_group("target (one of; default: the reference grid's predicted phi CI width)")
+    g.add_argument(
+        "--cost",
+        choices=["flops", "wall"],
+        default="flops",
+        help="what the search minimises: training FLOPs (default) or the planner's estimated wall time on "
+        "this machine (its throughput probe and worker layout, as `loopscale plan` prints; not with "
+        "--no-probe)",
+    )
+    t = p.add_argument_group(
+        "target (one of; default: the reference grid's phi CI width, realised on the same seeds with "
+        "--simulate, else predicted)"
+    )
     t.add_argument("--target-ci", type=float, help="95%% CI width of phi to reach")
     t.add_argument("--flop-cap", type=float, help="training FLOPs the design may spend")
     t.add_argument("--flop-fraction", type=float, help="FLOP cap as a fraction of the reference grid's")
@@ -84,9 +97,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument(
         "--sim-rounds",
         type=int,
-        default=3,
-        help="designs simulated at most: with a CI target, until one realises it (each next one chosen "
-        "with the optimism just measured); with a FLOP cap, the best under the cap of each search path",
+        default=6,
+        help="designs simulated at most (default 6): with a CI target (and for --simulate-power), a "
+        "bracketing search along the Pareto front for the cheapest design that realises the target in "
+        "simulation; with a FLOP cap, the best under the cap of each search path",
     )
     s.add_argument(
         "--no-reference-sim",
@@ -98,12 +112,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--delta-phi", type=float, default=0.1, help="effect size of the power table (default 0.1)"
     )
     p.add_argument(
+        "--target-power", type=float, default=0.8, help="power the delta-phi search aims at (default 0.8)"
+    )
+    p.add_argument(
         "--simulate-power",
         type=int,
         default=0,
         metavar="K",
-        help="run `compare` on K simulated base/variant pairs of the cheapest design with power >= 0.8 "
-        "(or the chosen one) and report the realised power",
+        help="search for the cheapest design whose power, simulated by running `compare` on K base/variant "
+        "pairs, reaches --target-power (at most --sim-rounds designs simulated)",
     )
     p.add_argument(
         "--from",
@@ -143,6 +160,13 @@ def _check(args: argparse.Namespace) -> None:
         or args.simulate < 0
     ):
         raise UserError("--replicates, --workers and --sim-rounds must be >= 1 and --simulate >= 0")
+    if not 0 < args.target_power < 1:
+        raise UserError(f"--target-power must lie in (0, 1), got {args.target_power}")
+    if args.cost == "wall" and args.no_probe:
+        raise UserError(
+            "--cost wall minimises the planner's wall-time estimate, which needs its throughput probe: "
+            "drop --no-probe (or use --cost flops)"
+        )
     if args.apply and args.from_dir is None:
         raise UserError("--apply extends a partial sweep: give --from SWEEP_DIR")
     for path, flag in ((args.out, "--out"), (args.json_out, "--json")):
@@ -181,6 +205,15 @@ def run_design(args: argparse.Namespace) -> int:
     else:
         prior, cands = _partial(args, reference, sweep_spec, restrict)
     ref_cands = d.candidates_from_spec(reference, group=args.group) if sweep_spec is None else cands
+    wall, ref_wall = _wall_shares(args, reference, sweep_spec, cands, ref_cands)
+    if args.cost == "wall":
+        if wall is None:
+            raise UserError(
+                "--cost wall: no wall-time estimate on this machine (the narrowest model is too large to "
+                "probe here); use --cost flops"
+            )
+        cands = cands.with_cost(wall)
+        ref_cands = cands if sweep_spec is not None else ref_cands.with_cost(ref_wall)
     info = d.Information.build(prior, cands)
     ref_info = d.Information.build(prior, ref_cands) if ref_cands is not cands else info
     ref_design = (
@@ -188,9 +221,15 @@ def run_design(args: argparse.Namespace) -> int:
         if sweep_spec is None
         else d.RunDesign(np.flatnonzero(cands.fixed), 1, f"the sweep so far ({ref_label})")
     )
+    # the reference counts every run it holds (a partial sweep's fixed runs too): not RunDesign.cost
     ref_flops = float((ref_cands.flops[ref_design.idx]).sum() * ref_design.replicates)
+    ref_cost = float(ref_cands.run_cost[ref_design.idx].sum() * ref_design.replicates)
     ref_point = d.PathPoint(
-        ref_design, ref_flops, ref_info.ci_widths(ref_design.weights(len(ref_cands.runs))), "reference"
+        ref_design,
+        ref_flops,
+        ref_info.ci_widths(ref_design.weights(len(ref_cands.runs))),
+        "reference",
+        ref_cost,
     )
     constraints = d.Constraints(min_widths=args.min_widths, per_budget=args.per_budget)
     paths = [
@@ -202,12 +241,6 @@ def run_design(args: argparse.Namespace) -> int:
     target_ci, cap = args.target_ci, args.flop_cap
     if args.flop_fraction is not None:
         cap = args.flop_fraction * ref_flops
-    if target_ci is None and cap is None:
-        if sweep_spec is not None:
-            raise UserError(
-                "--from needs a target: --target-ci, --flop-cap or --flop-fraction (of the sweep)"
-            )
-        target_ci = ref_point.predicted["phi"]
     sims: dict[str, d.Realisation] = {}
     rounds: list[dict] = []
     sim_kw = {
@@ -216,6 +249,19 @@ def run_design(args: argparse.Namespace) -> int:
         "bootstrap": args.sim_bootstrap,
         "bootstrap_restarts": args.sim_bootstrap_restarts,
     }
+    if args.simulate and args.reference_sim:
+        sims["reference"] = d.simulate(ref_cands, ref_info, prior, ref_design, args.simulate, **sim_kw)
+    target_source = "given"
+    if target_ci is None and cap is None:
+        if sweep_spec is not None:
+            raise UserError(
+                "--from needs a target: --target-ci, --flop-cap or --flop-fraction (of the sweep)"
+            )
+        # the reference's own precision: realised on the same seeds when simulated, else predicted
+        if "reference" in sims:
+            target_ci, target_source = sims["reference"].ci_width["phi"], "the reference's realised width"
+        else:
+            target_ci, target_source = ref_point.predicted["phi"], "the reference's predicted width"
     if args.simulate:
         chosen, sims["design"], rounds = d.simulate_in_loop(
             cands,
@@ -228,8 +274,6 @@ def run_design(args: argparse.Namespace) -> int:
             rounds=args.sim_rounds,
             **sim_kw,
         )
-        if args.reference_sim:
-            sims["reference"] = d.simulate(ref_cands, ref_info, prior, ref_design, args.simulate, **sim_kw)
     else:
         chosen = d.choose(front, target_ci, cap)
     problems = d.check_design(cands, info, chosen.design, constraints)
@@ -238,31 +282,56 @@ def run_design(args: argparse.Namespace) -> int:
         out_spec = d.design_spec(cands, chosen.design, f"{reference.name}-design")
     else:
         out_spec = d.extension_spec(cands, chosen.design)
-    seconds = _wall_times(args, reference, out_spec, sweep_spec)
+    seconds = {}
+    if wall is not None:
+        seconds = {
+            "design": chosen.design.cost(cands, wall),
+            "reference": float(ref_wall[ref_design.idx].sum() * ref_design.replicates),
+        }
+        _attach_wall(rounds, cands, wall)
     inflation = 1.0
     if "design" in sims:
         inflation = max(1.0, sims["design"].ci_width["phi"] / chosen.predicted["phi"])
     step = max(1, len(front) // 8)
     power = [] if sweep_spec is not None else d.power_table(ref_cands, ref_info, [ref_point], args.delta_phi)
     power += d.power_table(cands, info, [*front[::step], chosen], args.delta_phi, inflation)
-    reaching = d.cheapest_with_power(cands, info, front, args.delta_phi, inflation=inflation)
+    reaching = d.cheapest_with_power(
+        cands, info, front, args.delta_phi, target=args.target_power, inflation=inflation
+    )
     if reaching is not None:
-        power += d.power_table(
-            cands, info, [reaching], args.delta_phi, inflation, label="cheapest with power >= 0.8"
-        )
+        label = f"cheapest with power >= {args.target_power:g}"
+        power += d.power_table(cands, info, [reaching], args.delta_phi, inflation, label=label)
     realised_power = None
     if args.simulate_power:
-        target = reaching or chosen
-        realised_power = d.simulate_power(
-            cands, info, prior, target.design, args.delta_phi, args.simulate_power, **sim_kw
+        found, sim_power, power_log = d.simulate_power_in_loop(
+            cands,
+            info,
+            prior,
+            [p for path in paths for p in path],
+            args.delta_phi,
+            args.simulate_power,
+            target=args.target_power,
+            rounds=args.sim_rounds,
+            **sim_kw,
         )
-        realised_power["design"] = target.design.label
+        if wall is not None:
+            _attach_wall(power_log, cands, wall)
+        realised_power = {
+            "target_power": args.target_power,
+            "k": args.simulate_power,
+            "design": None if found is None else found.design.label,
+            "power": None if sim_power is None else sim_power["power"],
+            "median_ci_width": None if sim_power is None else sim_power["median_ci_width"],
+            "flops": None if found is None else found.flops,
+            "candidates": power_log,
+        }
     doc = {
         "prior": prior.to_dict(),
         "reference": ref_label,
         "constraints": {"min_widths": args.min_widths, "per_budget": args.per_budget, "problems": problems},
         "reference_constraint_problems": ref_problems,
-        "target": {"ci_phi": target_ci, "flop_cap": cap},
+        "target": {"ci_phi": target_ci, "flop_cap": cap, "source": target_source if cap is None else "given"},
+        "cost": args.cost,
         "design": _summary(chosen, cands, seconds.get("design"), sims.get("design"), new_only=True),
         "reference_grid": _summary(
             ref_point, ref_cands, seconds.get("reference"), sims.get("reference"), new_only=False
@@ -272,6 +341,7 @@ def run_design(args: argparse.Namespace) -> int:
             {
                 "design": p.design.label,
                 "flops": p.flops,
+                "cost": p.cost,
                 "replicates": p.design.replicates,
                 "runs": int(len(p.design.idx)),
                 "predicted": p.predicted,
@@ -333,22 +403,32 @@ def _partial(args, reference, sweep_spec, restrict):
     return prior, d.partial_sweep_candidates(sweep_spec, failed, extra)
 
 
-def _wall_times(args, reference, out_spec, sweep_spec) -> dict[str, float]:
-    """Estimated compute seconds of the design and the reference on this machine (planner's probe)."""
+def _attach_wall(rows: list[dict], cands, wall) -> None:
+    """Add each simulated design's estimated wall seconds (``est_seconds``) to its log row."""
+    import numpy as np
+
+    from loopscale.fit.design import RunDesign
+
+    for row in rows:
+        row["est_seconds"] = RunDesign(np.array(row["idx"], int), row["replicates"]).cost(cands, wall)
+
+
+def _wall_shares(args, reference, sweep_spec, cands, ref_cands):
+    """Each candidate's and each reference run's share of the planner's estimated wall time on this machine
+    (``ThroughputProbe.wall_shares``: a run's seconds over the workers ``loopscale sweep`` would use), or
+    (None, None) with --no-probe or when the narrowest model is too large to probe here."""
     if args.no_probe:
-        return {}
+        return None, None
+    import numpy as np
+
     from loopscale.sweep.plan import default_layout, measure_throughput, plan_sweep
 
-    design_runs = plan_sweep(out_spec)
-    if sweep_spec is not None:
-        planned = {run.name for run in plan_sweep(sweep_spec)}
-        design_runs = [run for run in design_runs if run.name not in planned]
     ref_runs = plan_sweep(reference if sweep_spec is None else sweep_spec)
     workers = args.workers or default_layout(reference, ref_runs).workers
-    probe = measure_throughput(reference, ref_runs + design_runs, workers=workers)
+    probe = measure_throughput(reference, ref_cands.runs + cands.runs, workers=workers)
     if probe is None:
-        return {}
-    return {"design": probe.sweep_seconds(design_runs), "reference": probe.sweep_seconds(ref_runs)}
+        return None, None
+    return np.array(probe.wall_shares(cands.runs)), np.array(probe.wall_shares(ref_cands.runs))
 
 
 def _summary(point, cands, seconds, realised, *, new_only: bool) -> dict:
@@ -382,22 +462,29 @@ def format_design(doc: dict) -> str:
         f"prior: {prior['source']}: phi {prior['phi']:.4g}, alpha {prior['alpha']:.4g}, "
         f"beta {prior['beta']:.4g}, E {prior['E']:.4g}; sigma {prior['sigma']:.4g} nats",
         "",
-        f"{'':<12}{'runs':>6}{'FLOPs':>11}{'share':>7}{'est. wall':>11}  predicted 95% CI width "
+        f"{'':<12}{'runs':>6}{'FLOPs':>11}{'share':>7}{'est. wall':>13}  predicted 95% CI width "
         f"{'phi':>7}{'alpha':>7}{'beta':>7}{'E':>7}   realised phi (coverage)",
     ]
     for name, row in (("design", des), ("reference", ref)):
         wall = "-" if row["est_seconds"] is None else format_seconds(row["est_seconds"])
+        if row is des and row["est_seconds"] is not None and ref["est_seconds"]:
+            wall += f" ({row['est_seconds'] / ref['est_seconds']:.0%})"
         pred = row["predicted_ci"]
         real = row.get("realised")
         real_text = (
             f"{real['ci_width']['phi']:.4f} ({100 * real['coverage']:.0f}% of {real['k']})" if real else "-"
         )
         lines.append(
-            f"{name:<12}{row['runs']:>6}{row['flops']:>11.3e}{row['flops'] / ref['flops']:>7.1%}{wall:>11}"
+            f"{name:<12}{row['runs']:>6}{row['flops']:>11.3e}{row['flops'] / ref['flops']:>7.1%}{wall:>13}"
             f"{'':>24}{pred['phi']:>7.4f}{pred['alpha']:>7.4f}{pred['beta']:>7.4f}{pred['E']:>7.4f}"
             f"   {real_text}"
         )
     lines.append(f"reference: {ref['label']}; design: {des['label']} ({len(des['cells'])} cells)")
+    target = doc["target"]
+    if target["flop_cap"] is not None:
+        lines.append(f"target: the narrowest phi CI under {target['flop_cap']:.3e} FLOPs")
+    else:
+        lines.append(f"target: phi CI width {target['ci_phi']:.4f} ({target['source']}); cost: {doc['cost']}")
     if ref["est_seconds"] is None:
         lines.append(
             "no wall-time estimate (--no-probe, or the narrowest model is too large to probe on this "
@@ -414,12 +501,28 @@ def format_design(doc: dict) -> str:
             f"constraint(s), e.g. {doc['reference_constraint_problems'][0]}"
         )
     if doc["pareto"]:
-        lines += ["", "Pareto path (predicted phi CI width vs FLOPs):"]
+        wall = doc["cost"] == "wall"
+        what = "estimated wall time" if wall else "FLOPs"
+        lines += ["", f"Pareto path (predicted phi CI width vs {what}, the search's cost):"]
         step = max(1, len(doc["pareto"]) // 10)
         for p in doc["pareto"][::step]:
+            cost = f"  wall {format_seconds(p['cost'])}" if wall else ""
             lines.append(
-                f"  {p['flops']:.3e} ({p['flops'] / ref['flops']:6.1%})  "
+                f"  {p['flops']:.3e} ({p['flops'] / ref['flops']:6.1%}){cost}  "
                 f"{p['runs'] * p['replicates']:>4} runs  phi {p['predicted']['phi']:.4f}  ({p['design']})"
+            )
+    if doc["simulation_rounds"]:
+        lines += ["", "simulated designs, in the order simulated (realised = median phi CI width):"]
+        lines.append(
+            f"  {'design':<22}{'runs':>5}{'FLOPs':>8}{'wall':>8}{'predicted':>11}{'realised':>10}  coverage"
+        )
+        for row in doc["simulation_rounds"]:
+            real = row["realised"]
+            mark = {True: "  reaches target", False: "  misses target", None: ""}[row["reaches_target"]]
+            lines.append(
+                f"  {row['design']:<22}{row['runs']:>5}{row['flops'] / ref['flops']:>8.1%}"
+                f"{_share(row.get('est_seconds'), ref['est_seconds']):>8}{row['predicted']['phi']:>11.4f}"
+                f"{real['ci_width']['phi']:>10.4f}  {real['coverage'] * real['k']:.0f}/{real['k']}{mark}"
             )
     power = doc["power"]
     lines += [
@@ -435,8 +538,30 @@ def format_design(doc: dict) -> str:
         )
     sim = power.get("simulated")
     if sim:
-        lines.append(
-            f"  simulated `compare` on {sim['design']}: realised power {sim['power']:.2f} over {sim['k']} "
-            f"pairs (median CI width of delta-phi {sim['median_ci_width']:.3f})"
-        )
+        lines += [
+            "",
+            f"simulated `compare` ({sim['k']} base/variant pairs per design), searching for power >= "
+            f"{sim['target_power']:g}:",
+            f"  {'design':<22}{'runs base/variant':>18}{'FLOPs':>8}{'wall':>8}{'SE':>8}{'predicted':>10}"
+            f"{'simulated':>10}  median CI of delta-phi",
+        ]
+        for row in sim["candidates"]:
+            lines.append(
+                f"  {row['design']:<22}{row['runs_base']:>13}/{row['runs_variant']:<4}"
+                f"{row['flops'] / ref['flops']:>8.1%}"
+                f"{_share(row.get('est_seconds'), ref['est_seconds']):>8}{row['se_delta_phi']:>8.4f}"
+                f"{row['predicted_power']:>10.2f}{row['simulated']['power']:>10.2f}"
+                f"  {row['simulated']['median_ci_width']:.3f}"
+            )
+        if sim["design"] is None:
+            lines.append(f"  no simulated design reached power {sim['target_power']:g}")
+        else:
+            lines.append(
+                f"  cheapest reaching it: {sim['design']} (simulated power {sim['power']:.2f}, "
+                f"{sim['flops'] / ref['flops']:.1%} of the reference's FLOPs)"
+            )
     return "\n".join(lines)
+
+
+def _share(seconds, ref_seconds) -> str:
+    return "-" if seconds is None or not ref_seconds else f"{seconds / ref_seconds:.1%}"

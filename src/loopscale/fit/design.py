@@ -13,12 +13,15 @@ this module
 2. searches designs that keep the fit trustworthy (every included (budget, r) cell has ≥ 3 widths whose
    predicted iso-FLOP minimum lies inside them, by the fit's own ``parabola_minima`` on the prior's
    noise-free losses; the bottom and top budget always included; at each included budget the loop counts
-   the constraints require) along two paths scored by Var(φ) per FLOP: a greedy one that adds cells,
-   budgets and widths, and a pruning one that removes them from the largest design;
+   the constraints require) along two paths scored by Var(φ) per unit cost (training FLOPs, or each run's
+   share of the planner's wall-time estimate): a greedy one that adds cells, budgets and widths, and a
+   pruning one that removes them from the largest design;
 3. validates designs by simulation (``simulate``): noisy tables drawn from the prior, each fitted with
    ``fit_law`` and its cell block bootstrap (``bootstrap_fit``), reporting the realised median CI widths and
    the coverage of the prior's φ beside the prediction. The asymptotics ignore the box, the cell bootstrap's
-   few-cells behaviour and the nonlinearity of the law, so a design is only trusted once simulated;
+   few-cells behaviour and the nonlinearity of the law, so a design is only trusted once simulated: with a
+   target CI width (or Δφ power) a bracketing/bisection search along the Pareto front (``bracket_search``)
+   finds the cheapest design that reaches it in simulation;
 4. emits the chosen runs as a sweep spec that ``loopscale sweep`` runs as it is, or (sequential mode) as new
    groups appended to a partial sweep's spec.
 
@@ -166,6 +169,20 @@ class Candidates:
     spec: SweepSpec  # the sweep the runs come from (template, recipe, batch)
     group: RunGroup  # the group whose model/train/bptt new runs inherit
     fixed: np.ndarray  # bool [n]
+    cost: np.ndarray | None = None  # [n] what the search minimises per run (e.g. est. wall s); None: FLOPs
+
+    def with_cost(self, cost) -> Candidates:
+        """The same candidates with the search minimising ``cost`` [n] (e.g. each run's share of the
+        planner's wall-time estimate, ``ThroughputProbe.wall_shares``) instead of training FLOPs."""
+        cost = np.asarray(cost, float)
+        if cost.shape != (len(self.runs),) or not (np.isfinite(cost).all() and (cost > 0).all()):
+            raise UserError(f"a per-run cost needs one positive number per candidate run ({len(self.runs)})")
+        return dc_replace(self, cost=cost)
+
+    @property
+    def run_cost(self) -> np.ndarray:
+        """What one run costs the search: ``cost`` if set, else its training FLOPs."""
+        return self.flops if self.cost is None else self.cost
 
     @property
     def budget(self) -> np.ndarray:
@@ -364,8 +381,14 @@ class RunDesign:
 
     def flops(self, cands: Candidates) -> float:
         """Training FLOPs of the runs the design adds (fixed runs of a partial sweep are not counted)."""
+        return self.cost(cands, cands.flops)
+
+    def cost(self, cands: Candidates, per_run: np.ndarray | None = None) -> float:
+        """Sum of ``per_run`` [n] (default: the search's ``cands.run_cost``) over the runs the design adds,
+        × replicates (fixed runs of a partial sweep are not counted)."""
+        per_run = cands.run_cost if per_run is None else per_run
         new = self.idx[~cands.fixed[self.idx]]
-        return float(cands.flops[new].sum() * self.replicates)
+        return float(per_run[new].sum() * self.replicates)
 
 
 @dataclass(frozen=True)
@@ -449,12 +472,14 @@ def check_design(
 
 @dataclass(frozen=True)
 class PathPoint:
-    """One design on the greedy path: what it adds, its FLOPs and predicted 95% CI widths."""
+    """One design on a search path: what it adds, its FLOPs, its cost to the search (``Candidates.run_cost``:
+    FLOPs, or e.g. estimated wall seconds) and predicted 95% CI widths."""
 
     design: RunDesign
     flops: float
     predicted: dict[str, float]
     step: str  # the move that led here
+    cost: float
 
 
 class _Space:
@@ -470,7 +495,7 @@ class _Space:
         self.min_widths = constraints.min_widths
         self.budgets = sorted(set(cands.budget.tolist()))
         self.need = constraints.required_rs(sorted(set(cands.r.tolist())))
-        self.flops = cands.flops * replicates
+        self.cost = cands.run_cost * replicates
         self.fixed_idx = np.flatnonzero(cands.fixed)
         self.fixed_cells = {
             (float(b), int(r)) for b, r in zip(cands.budget[self.fixed_idx], cands.r[self.fixed_idx])
@@ -494,7 +519,7 @@ class _Space:
             return None
         return min(
             options,
-            key=lambda w: (_off_centre(self.cands, self.info, windows[w]), self.flops[windows[w]].sum()),
+            key=lambda w: (_off_centre(self.cands, self.info, windows[w]), self.cost[windows[w]].sum()),
         )
 
     def indices(self, state) -> np.ndarray:
@@ -512,7 +537,9 @@ class _Space:
             self.indices(state), self.replicates, f"{self.name} x{self.replicates} #{self.steps}"
         )
         weights = design.weights(len(self.cands.runs))
-        return PathPoint(design, design.flops(self.cands), self.info.ci_widths(weights), step)
+        return PathPoint(
+            design, design.flops(self.cands), self.info.ci_widths(weights), step, design.cost(self.cands)
+        )
 
     def included(self, state) -> set[float]:
         return {k[0] for k in state}
@@ -590,8 +617,9 @@ def greedy_path(
 ) -> list[PathPoint]:
     """Grow a design from the smallest one the constraints allow (fixed runs, plus the bottom and top budget
     with the r ``constraints`` requires at their best-centred ``min_widths``-width bracketing windows) by the
-    move that cuts Var(φ) most per added FLOP: add a cell at an included budget, add a budget (with its
-    required r), or widen a cell's window by one width. Stops when nothing is left or at ``max_flops``."""
+    move that cuts Var(φ) most per added cost (``Candidates.run_cost``: FLOPs, or estimated wall seconds):
+    add a cell at an included budget, add a budget (with its required r), or widen a cell's window by one
+    width. Stops when nothing is left or at ``max_flops``."""
     space = _Space(cands, info, constraints, replicates, "greedy")
     state = space.smallest()
     path = [space.point(state, "start: end budgets")]
@@ -599,13 +627,13 @@ def greedy_path(
         var0 = space.variance(state)
         best, best_gain = None, -math.inf
         for move, new in space.growths(state):
-            cost = float(space.flops[np.setdiff1d(space.indices(new), path[-1].design.idx)].sum())
+            cost = float(space.cost[np.setdiff1d(space.indices(new), path[-1].design.idx)].sum())
             if cost <= 0:
                 continue
             var1 = space.variance(new)
             if math.isfinite(var0):
                 gain = (var0 - var1) / cost
-            else:  # not yet identified: the move that makes Var(φ) finite and smallest per FLOP
+            else:  # not yet identified: the move that makes Var(φ) finite and smallest per unit cost
                 gain = -var1 * cost if math.isfinite(var1) else -math.inf
             if gain > best_gain:
                 best, best_gain = (move, new), gain
@@ -623,8 +651,9 @@ def pruning_path(
     cands: Candidates, info: Information, constraints: Constraints = Constraints(), replicates: int = 1
 ) -> list[PathPoint]:
     """Shrink the largest design the constraints allow (every bracketable cell at its widest bracketing
-    window) by the removal that costs the least Var(φ) per FLOP saved, down to the smallest; returned in
-    order of increasing FLOPs. Backward elimination often finds designs the forward path misses."""
+    window) by the removal that costs the least Var(φ) per unit of cost saved (``Candidates.run_cost``),
+    down to the smallest; returned in order of increasing cost. Backward elimination often finds designs the
+    forward path misses."""
     space = _Space(cands, info, constraints, replicates, "pruning")
     state = space.largest()
     path = [space.point(state, "start: every bracketable cell")]
@@ -632,7 +661,7 @@ def pruning_path(
         var0 = space.variance(state)
         best, best_loss = None, math.inf
         for move, new in space.cuts(state):
-            saved = float(space.flops[np.setdiff1d(path[-1].design.idx, space.indices(new))].sum())
+            saved = float(space.cost[np.setdiff1d(path[-1].design.idx, space.indices(new))].sum())
             var1 = space.variance(new)
             if saved <= 0 or not math.isfinite(var1):
                 continue
@@ -654,18 +683,21 @@ def _off_centre(cands: Candidates, info: Information, idx: np.ndarray) -> float:
     return abs(math.log(row["n_star"]) - 0.5 * (log_n.min() + log_n.max())) / (log_n.max() - log_n.min())
 
 
-def pareto(points: list[PathPoint], key: str = "phi") -> list[PathPoint]:
-    """The points no other point beats on both FLOPs and predicted CI width of ``key``."""
+def pareto(points: list[PathPoint], key: str = "phi", score=None) -> list[PathPoint]:
+    """The points no other point beats on both cost (``PathPoint.cost``) and predicted CI width of ``key``
+    (or ``score(point)``, smaller is better), in order of increasing cost."""
+    score = score or (lambda p: p.predicted[key])
     out, best = [], math.inf
-    for p in sorted(points, key=lambda p: (p.flops, p.predicted[key])):
-        if p.predicted[key] < best:
+    for p, value in sorted(((p, score(p)) for p in points), key=lambda item: (item[0].cost, item[1])):
+        if value < best:
             out.append(p)
-            best = p.predicted[key]
+            best = value
     return out
 
 
 def choose(points: list[PathPoint], target_ci: float | None, flop_cap: float | None) -> PathPoint:
-    """The cheapest point whose predicted φ CI width ≤ ``target_ci``, or the narrowest within ``flop_cap``."""
+    """The cheapest point (``PathPoint.cost``) whose predicted φ CI width ≤ ``target_ci``, or the narrowest
+    within ``flop_cap`` FLOPs."""
     if (target_ci is None) == (flop_cap is None):
         raise UserError("give exactly one target: a CI width for phi or a FLOP cap")
     if target_ci is not None:
@@ -676,7 +708,7 @@ def choose(points: list[PathPoint], target_ci: float | None, flop_cap: float | N
                 f"no design in the candidate space reaches a phi CI width of {target_ci:g} (best predicted "
                 f"{best:.3g}); widen the space (more budgets, widths, --replicates) or relax the target"
             )
-        return min(ok, key=lambda p: (p.flops, p.predicted["phi"]))
+        return min(ok, key=lambda p: (p.cost, p.predicted["phi"]))
     ok = [p for p in points if p.flops <= flop_cap]
     if not ok:
         cheapest = min(p.flops for p in points)
@@ -767,6 +799,58 @@ def simulate(
     )
 
 
+def bracket_search(
+    n: int, seed: int, passes, aim, max_evals: int, position=None, expand: float = 2.0
+) -> tuple[int | None, list[int]]:
+    """The lowest index i in [0, n) with ``passes(i)``, for a predicate (nearly) monotone in i — a design on a
+    front ordered by cost that realises a target in simulation — with at most ``max_evals`` evaluations.
+
+    ``seed`` is evaluated first. Bracketing: while nothing evaluated passes, the next index is ``aim(last)``
+    but at least ``step`` above the highest failing one (capped at n − 1); while nothing evaluated fails,
+    ``aim(last)`` but at least ``step`` below the lowest passing one (down to 0); ``step`` doubles after
+    each bracketing move (1, 2, 4, …). With ``position`` (non-decreasing, positive [n], e.g. the designs'
+    costs) a bracketing move also goes no further than ``expand`` × (or 1/``expand`` ×) the position it
+    starts from, unless ``step`` forces it, so one far-off guess does not spend the bracket. Then bisection
+    between the highest failing and the lowest passing index until they are adjacent: the next index is the
+    one strictly between them whose position (default: the index) is nearest the middle of theirs, so the
+    bracket halves in cost. ``aim(i)`` is the caller's guess of the answer after evaluating i (e.g.
+    re-aimed with the optimism just measured). No index is evaluated twice.
+
+    Returns (the lowest passing index evaluated, or None; every evaluated index in order)."""
+    if not 0 <= seed < n or max_evals < 1:
+        raise ValueError(f"bracket_search: need 0 <= seed < n, max_evals >= 1; got {seed}, {n}, {max_evals}")
+    evaluated: list[int] = []
+    fail, ok = -1, None  # highest failing index (-1: none failed), lowest passing (None: none passed)
+    i, step = seed, 1
+    while True:
+        evaluated.append(i)
+        if passes(i):
+            ok = i if ok is None else min(ok, i)
+        else:
+            fail = max(fail, i)
+        if len(evaluated) >= max_evals or (ok is not None and ok - fail <= 1):
+            break
+        pos = np.arange(n, dtype=float) if position is None else np.asarray(position, float)
+        if ok is None:
+            if fail >= n - 1:
+                break
+            guess = int(aim(i))
+            if position is not None:  # the last index within expand × the failing position
+                guess = min(guess, int(np.searchsorted(pos, expand * pos[fail], side="right")) - 1)
+            i = min(max(guess, fail + step), n - 1)
+            step *= 2
+        elif fail < 0:
+            guess = int(aim(i))
+            if position is not None:  # the first index at or above the passing position / expand
+                guess = max(guess, int(np.searchsorted(pos, pos[ok] / expand, side="left")))
+            i = max(min(guess, ok - step), 0)
+            step *= 2
+        else:
+            middle = 0.5 * (pos[fail] + pos[ok])
+            i = min(range(fail + 1, ok), key=lambda j: abs(pos[j] - middle))
+    return ok, evaluated
+
+
 def simulate_in_loop(
     cands: Candidates,
     info: Information,
@@ -776,28 +860,37 @@ def simulate_in_loop(
     *,
     target_ci: float | None = None,
     flop_cap: float | None = None,
-    rounds: int = 3,
+    rounds: int = 6,
     **settings,
 ) -> tuple[PathPoint, Realisation, list[dict]]:
     """Choose a design with the simulation in the loop, because the asymptotics flatter sparse designs.
 
-    Target CI width: simulate the cheapest design predicted to reach it; while the realised width misses the
-    target, take the cheapest design predicted to reach target × (predicted / realised), the optimism just
-    measured, and simulate again (at most ``rounds`` designs). FLOP cap: simulate the narrowest-predicted
-    design under the cap of each path (at most ``rounds``, narrowest first) and keep the narrowest realised.
-    Returns (chosen point, its realisation, one log row per simulated design). ``settings`` go to
-    ``simulate``."""
+    Target CI width: the cheapest design on the paths' Pareto front (cost vs predicted φ CI width) whose
+    *realised* width ≤ ``target_ci``, by ``bracket_search`` over the front with at most ``rounds`` simulated
+    designs: first the cheapest predicted to reach the target (or, if none is, the narrowest predicted);
+    each bracketing move re-aims at the cheapest predicted to reach target × predicted/realised of the
+    design just simulated; then bisection in cost. When no simulated design reaches the target, the
+    narrowest realised is returned. FLOP cap: simulate the narrowest-predicted design under the cap of each
+    path (at most ``rounds``, narrowest first) and keep the narrowest realised. Returns (chosen point, its
+    realisation, one log row per simulated design, in the order simulated). ``settings`` go to
+    ``simulate``; every design is simulated with the same seeds."""
     front = pareto([p for path in paths for p in path])
     log: list[dict] = []
+    sims: dict[int, Realisation] = {}
 
-    def run(point: PathPoint) -> Realisation:
+    def run(point: PathPoint, target: float | None = None) -> Realisation:
         real = simulate(cands, info, prior, point.design, k, **settings)
         log.append(
             {
                 "design": point.design.label,
+                "idx": point.design.idx.tolist(),
+                "replicates": point.design.replicates,
+                "runs": int(len(point.design.idx) * point.design.replicates),
                 "flops": point.flops,
+                "cost": point.cost,
                 "predicted": point.predicted,
                 "realised": real.to_dict(),
+                "reaches_target": None if target is None else bool(real.ci_width["phi"] <= target),
             }
         )
         return real
@@ -815,19 +908,22 @@ def simulate_in_loop(
         results = [(p, run(p)) for p in options[: max(1, rounds)]]
         chosen, real = min(results, key=lambda item: item[1].ci_width["phi"])
         return chosen, real, log
-    chosen = choose(front, target_ci, None)
-    for i in range(max(1, rounds)):
-        real = run(chosen)
-        if real.ci_width["phi"] <= target_ci or i == rounds - 1:
-            break
-        try:
-            nxt = choose(front, target_ci * chosen.predicted["phi"] / real.ci_width["phi"], None)
-        except UserError:
-            break
-        if nxt.flops <= chosen.flops:
-            break
-        chosen = nxt
-    return chosen, real, log
+    # the cheapest predicted to reach the target; else the narrowest predicted (simulation may beat it)
+    seed = next((i for i, p in enumerate(front) if p.predicted["phi"] <= target_ci), len(front) - 1)
+
+    def passes(i: int) -> bool:
+        sims[i] = run(front[i], target_ci)
+        return sims[i].ci_width["phi"] <= target_ci
+
+    def aim(i: int) -> int:
+        aimed = target_ci * front[i].predicted["phi"] / sims[i].ci_width["phi"]
+        return next((j for j, p in enumerate(front) if p.predicted["phi"] <= aimed), len(front) - 1)
+
+    costs = [p.cost for p in front]
+    found, _ = bracket_search(len(front), seed, passes, aim, max(1, rounds), position=costs)
+    if found is None:
+        found = min(sims, key=lambda i: sims[i].ci_width["phi"])
+    return front[found], sims[found], log
 
 
 def agreement(predicted: float, realised: float) -> str | None:
@@ -907,9 +1003,10 @@ def cheapest_with_power(
     target: float = 0.8,
     inflation: float = 1.0,
 ) -> PathPoint | None:
-    """The cheapest design (base-arm FLOPs) whose Δφ test reaches power ``target`` at ``delta``, or None."""
+    """The cheapest design (the base arm's ``PathPoint.cost``) whose Δφ test is predicted to reach power
+    ``target`` at ``delta``, or None."""
     shared = (cands.r == 1).astype(float)
-    for p in sorted(points, key=lambda p: p.flops):
+    for p in sorted(points, key=lambda p: p.cost):
         se = delta_phi_se(info, p.design.weights(len(cands.runs)), shared) * inflation
         if power(delta, se) >= target:
             return p
@@ -961,6 +1058,74 @@ def simulate_power(
         "median_ci_width": float(np.median([row["ci"][1] - row["ci"][0] for row in rows])),
         "per_seed": rows,
     }
+
+
+def simulate_power_in_loop(
+    cands: Candidates,
+    info: Information,
+    prior: Prior,
+    points: list[PathPoint],
+    delta: float,
+    k: int,
+    *,
+    target: float = 0.8,
+    rounds: int = 6,
+    **settings,
+) -> tuple[PathPoint | None, dict | None, list[dict]]:
+    """The cheapest design whose *simulated* Δφ power (``simulate_power``: ``k`` base/variant pairs through
+    ``compare_phi``) ≥ ``target``, by ``bracket_search`` with at most ``rounds`` simulated designs.
+
+    The candidates are the designs of ``points`` on the Pareto front of cost (``PathPoint.cost``, the base
+    arm's) vs asymptotic SE of Δφ (``delta_phi_se``), so the predicted power rises along it; the asymptotic
+    power only orders and seeds the search: the first design simulated is the cheapest predicted to reach
+    ``target``, and each bracketing move re-aims at the cheapest predicted to reach it with the SE inflated
+    by the factor the last simulation measured (its power read back through ``power``, clamped to
+    [½/k, 1 − ½/k]). Returns (the cheapest design that reached ``target`` in simulation, or None; its
+    simulated power; one log row per simulated design, in order). ``settings`` go to ``simulate_power``."""
+    shared = (cands.r == 1).astype(float)
+    se = {id(p): delta_phi_se(info, p.design.weights(len(cands.runs)), shared) for p in points}
+    front = pareto(points, score=lambda p: se[id(p)])
+    log: list[dict] = []
+    sims: dict[int, dict] = {}
+
+    def first_reaching(inflation: float) -> int:
+        return next(
+            (j for j, p in enumerate(front) if power(delta, se[id(p)] * inflation) >= target), len(front) - 1
+        )
+
+    def passes(i: int) -> bool:
+        point = front[i]
+        sims[i] = simulate_power(cands, info, prior, point.design, delta, k, **settings)
+        (row,) = power_table(cands, info, [point], delta)  # runs and FLOPs per arm, SE, predicted power
+        log.append(
+            {
+                **{key: v for key, v in row.items() if key not in ("label", "power")},
+                "design": point.design.label,
+                "idx": point.design.idx.tolist(),
+                "replicates": point.design.replicates,
+                "flops": point.flops,
+                "cost": point.cost,
+                "predicted_power": row["power"],
+                "simulated": {key: v for key, v in sims[i].items() if key != "per_seed"},
+                "reaches_target": bool(sims[i]["power"] >= target),
+            }
+        )
+        return sims[i]["power"] >= target
+
+    def aim(i: int) -> int:
+        realised = min(max(sims[i]["power"], 0.5 / k), 1 - 0.5 / k)
+        denominator = Z95 + float(norm.ppf(realised))  # power ≈ Φ(Δ/SE − z): the SE the simulation implies
+        if denominator <= 0:
+            return len(front) - 1
+        return first_reaching(delta / denominator / se[id(front[i])])
+
+    if not front:
+        return None, None, log
+    costs = [p.cost for p in front]
+    found, _ = bracket_search(len(front), first_reaching(1.0), passes, aim, max(1, rounds), position=costs)
+    if found is None:
+        return None, None, log
+    return front[found], sims[found], log
 
 
 # ---------------------------------------------------------------------------------------------- the spec

@@ -728,7 +728,39 @@ def _axes_section(rows: list[dict]) -> Section | None:
         "not evaluated."
     )
     title = "Downstream axes at the compute-optimal checkpoints"
-    return Section(title, [note, table, *_axis_correlations(rows, axes), *_axis_task_lists(rows)])
+    blocks = [note, table, *_axis_gaps(best, axes), *_axis_correlations(rows, axes), *_axis_task_lists(rows)]
+    return Section(title, blocks)
+
+
+def _axis_gaps(best: dict[tuple[float, int], dict], axes: list[str]) -> list:
+    """Per budget and looped r, each axis's loss minus r = 1's (compute-optimal checkpoints, nats) ± the
+    standard error of the difference; a gap within two standard errors is marked as not resolved."""
+    budgets = sorted({budget for budget, _ in best})
+    looped = sorted({r for _, r in best if r != 1})
+    body = []
+    for budget in budgets:
+        base = best.get((budget, 1))
+        for r in looped:
+            row = best.get((budget, r))
+            if base is None or row is None:
+                continue
+            cells = []
+            for axis in axes:
+                a, b = row.get(axis), base.get(axis)
+                sa, sb = row.get(SE_PREFIX + axis), base.get(SE_PREFIX + axis)
+                if not all(isinstance(v, float) and math.isfinite(v) for v in (a, b, sa, sb)):
+                    cells.append("–")
+                    continue
+                gap, se = a - b, math.hypot(sa, sb)
+                cells.append(f"{gap:+.3f} ± {se:.3f}" + ("" if abs(gap) > 2 * se else " (not resolved)"))
+            body.append([f"{budget:.3g}", str(r), *cells])
+    if not body:
+        return []
+    note = ("Gap to r = 1 at the same budget (axis loss of the looped model minus r = 1's, nats; positive = "
+            "r = 1 better) ± the standard error of the difference; \"not resolved\" where it is within two "
+            "standard errors (the paper: knowledge gaps grow with r, reading comprehension and compositional "
+            "symbolic close them, reasoning primitives unresolved; method §10.5).")
+    return [note, Table(["C (FLOPs)", "r", *(a.removeprefix("axis_") for a in axes)], body)]
 
 
 def _axis_correlations(rows: list[dict], axes: list[str]) -> list:
