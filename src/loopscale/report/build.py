@@ -759,7 +759,10 @@ def _axis_gaps(best: dict[tuple[float, int], dict], axes: list[str]) -> list:
     note = ("Gap to r = 1 at the same budget (axis loss of the looped model minus r = 1's, nats; positive = "
             "r = 1 better) ± the standard error of the difference; \"not resolved\" where it is within two "
             "standard errors (the paper: knowledge gaps grow with r, reading comprehension and compositional "
-            "symbolic close them, reasoning primitives unresolved; method §10.5).")
+            "symbolic close them, reasoning primitives unresolved; method §10.5). The standard error counts "
+            "only the sampling of examples, not run-to-run variation (seed, width): an axis whose gaps "
+            "change sign from one budget to the next, or that barely correlates with the validation loss "
+            "(below), varies more between runs than this ± says, and its gaps are not findings.")
     return [note, Table(["C (FLOPs)", "r", *(a.removeprefix("axis_") for a in axes)], body)]
 
 
