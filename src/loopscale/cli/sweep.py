@@ -17,10 +17,9 @@ DEFAULT_DEMO_OUT = Path("runs/demo")
 
 def _add_spec_args(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("spec", nargs=None if required else "?", metavar="SPEC", help="sweep YAML file")
-    p.add_argument(
-        "--preset",
-        help="a named sweep instead of SPEC: paper, paper-truncated-bptt, paper-hyperconnections, cpu, demo",
-    )
+    from loopscale.sweep.presets import PRESETS
+
+    p.add_argument("--preset", help=f"a named sweep instead of SPEC: {', '.join(PRESETS)}")
 
 
 def _add_fit_args(p: argparse.ArgumentParser) -> None:
