@@ -273,3 +273,22 @@ def test_multiple_choice_task_through_the_cli_matches_unpacked_scoring(trained_r
     total = sum(per_item[i][ex.gold].loss_sum for i, ex in enumerate(task.scored))
     tokens = sum(per_item[i][ex.gold].n_tokens for i, ex in enumerate(task.scored))
     assert got["loss"] == pytest.approx(total / tokens, rel=1e-5)
+
+
+def test_compiled_scoring_gives_the_eager_scores(trained_run, tmp_path, capsys):
+    """--compile (torch.compile of the scoring pass, packed MC rows included) changes speed, not scores."""
+    words = ["a cat", "the capital", "key", "the model", "n", "m"] * 2
+    rows = [{"context": f"Question: which is {w}?\nAnswer:", "choices": [" 4", " Paris", " val"],
+             "gold": i % 3} for i, w in enumerate(words)]
+    (tmp_path / "arc_easy.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    reports = {}
+    for flag in ([], ["--compile"]):
+        out_json = tmp_path / f"e{len(flag)}.json"
+        code, _, _ = run_cli(capsys, "eval", str(trained_run), "--tasks", "arc_easy", "induction_head",
+                             "--limit", "12", "--task-dir", str(tmp_path), "--json", str(out_json),
+                             "--device", "cpu", *flag)
+        assert code == 0
+        reports[bool(flag)] = json.loads(out_json.read_text())["tasks"]
+    for name, eager in reports[False].items():
+        assert reports[True][name]["loss"] == pytest.approx(eager["loss"], rel=1e-5)
+        assert reports[True][name]["accuracy"] == eager["accuracy"]

@@ -32,6 +32,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int,
                    help="CPU threads (default: torch's, i.e. all cores; give cores / N when N evaluations "
                         "or runs share the machine)")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the scoring pass: 1.4x faster after ~1 min of compiling per model; "
+                        "pays for long evaluations (e.g. the full 10,000-item tasks), not for --limit 500")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -112,7 +115,7 @@ def run_eval(args: argparse.Namespace) -> int:
         check_output(args.json, "--json", folder=False)
     tasks, missing, settings = _load_tasks(args)
     _set_threads(args)
-    loaded = load_eval_model(args.checkpoint, args.tokenizer, args.device)
+    loaded = load_eval_model(args.checkpoint, args.tokenizer, args.device, args.compile)
 
     def progress(result):
         reduced = result.shots != result.shots_requested
@@ -136,7 +139,7 @@ def run_eval_sweep(args: argparse.Namespace) -> int:
     _set_threads(args)
     counts = eval_sweep(args.sweep_dir, tasks, missing, r=args.r, tokenizer=args.tokenizer,
                         device=args.device, max_batch_tokens=_batch_tokens(args), settings=settings,
-                        force=args.force, workers=args.workers, threads=args.threads)
+                        force=args.force, workers=args.workers, threads=args.threads, compile=args.compile)
     print(f"eval-sweep: {counts['evaluated']} evaluated, {counts['done']} already done, "
           f"{counts['skipped']} not finished or failed")
     return 0

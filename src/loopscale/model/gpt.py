@@ -215,7 +215,8 @@ class LoopedGPT(nn.Module):
         position ``token_pos`` [B, T] and who attends to whom, ``attn_mask`` [B, T, T] (True = attend)."""
         t = idx.size(1)
         if token_pos is not None:
-            if int(token_pos.max()) >= self.cfg.seq_len:
+            # the check reads a value back from the tensor: skipped while torch.compile traces (a graph break)
+            if not torch.compiler.is_compiling() and int(token_pos.max()) >= self.cfg.seq_len:
                 raise UserError(f"token position {int(token_pos.max())} exceeds the model's seq_len "
                                 f"{self.cfg.seq_len}")
             cos, sin = self.rope_cos[token_pos].unsqueeze(1), self.rope_sin[token_pos].unsqueeze(1)
