@@ -32,6 +32,9 @@ def main() -> int:
     p.add_argument("--prior", default="paper")
     p.add_argument("--seeds", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--widths", type=int, nargs="+",
+                   help="the designs' candidate widths at every budget, as given to `loopscale design "
+                        "--widths` (default: the preset's widths per budget)")
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     prior = d.load_prior(args.prior)
@@ -39,8 +42,11 @@ def main() -> int:
     cands = d.candidates_from_spec(spec)
     info = d.Information.build(prior, cands)
     total = float(cands.flops.sum() * len(spec.seeds))
+    # a design's run indices point into the candidate space it was searched in
+    design_cands = d.candidates_from_spec(spec, widths=args.widths) if args.widths else cands
+    design_info = d.Information.build(prior, design_cands) if args.widths else info
 
-    def run(label: str, design: d.RunDesign, extra: dict) -> dict:
+    def run(label: str, design: d.RunDesign, extra: dict, cands=cands, info=info) -> dict:
         real = d.simulate(cands, info, prior, design, args.seeds, seed=args.seed)
         row = {
             "label": label,
@@ -70,6 +76,8 @@ def main() -> int:
             f"{label} ({path})",
             d.RunDesign(np.array(found["idx"], int), found["replicates"]),
             {"wall_share": None if wall is None or not ref_wall else wall / ref_wall},
+            design_cands,
+            design_info,
         )
         ratio = np.array(row["widths"]) / np.array(ref["widths"])
         row["paired_ratio_median"] = float(np.median(ratio))
