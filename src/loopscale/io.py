@@ -37,6 +37,18 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
     return path
 
 
+def remove_partial_writes(path: str | os.PathLike) -> list[Path]:
+    """Delete the temporary files an ``atomic_write`` of ``path`` left behind when its process was killed
+    mid-write (``path`` itself is never touched); the paths removed. Call it only when no other process
+    may be writing ``path``."""
+    path = Path(path)
+    removed = []
+    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+        tmp.unlink(missing_ok=True)
+        removed.append(tmp)
+    return removed
+
+
 def _umask() -> int:
     """The process umask. Linux shows it in /proc/self/status; elsewhere the only way to read it is to set
     it and restore it at once, which races with files that other threads (a sweep's workers) create."""

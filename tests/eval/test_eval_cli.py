@@ -221,9 +221,10 @@ def _live_members(group: int) -> list[str]:
 def test_interrupted_parallel_eval_sweep_loses_nothing_and_resumes(trained_run, tmp_path):
     """Ctrl-C (SIGINT to the process group) while two workers evaluate: exit 130, one line, no worker
     left behind, no half-written eval.json; the rerun evaluates only what is missing."""
-    sweep = _sweep_of_copies(trained_run, tmp_path / "sweep", 4)
+    n = 12  # enough runs that most are still to do when the first result line appears
+    sweep = _sweep_of_copies(trained_run, tmp_path / "sweep", n)
     cmd = [sys.executable, "-m", "loopscale", "eval-sweep", str(sweep), "--tasks", "induction_head",
-           "--limit", "8", "--device", "cpu", "--workers", "2"]
+           "varassign_d0_math", "varassign_d1_code", "--limit", "24", "--device", "cpu", "--workers", "2"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
@@ -238,13 +239,13 @@ def test_interrupted_parallel_eval_sweep_loses_nothing_and_resumes(trained_run, 
     assert proc.returncode == 130, (seen, out, err)
     assert err.strip().splitlines() == ["loopscale eval-sweep: interrupted"]
     assert _live_members(proc.pid) == []  # no orphaned worker computing on
-    assert finished  # at least the run whose line was printed
+    assert 1 <= len(finished) < n  # at least the run whose line was printed
     for path in finished:
-        assert json.loads(path.read_text())["tasks"]["induction_head"]["n_examples"] == 8
+        assert json.loads(path.read_text())["tasks"]["induction_head"]["n_examples"] == 24
     assert not list(sweep.glob("runs/*/.eval.json.*"))
     rerun = subprocess.run(cmd, capture_output=True, text=True, env=env)
     assert rerun.returncode == 0
-    assert f"{4 - len(finished)} evaluated, {len(finished)} already done" in rerun.stdout
+    assert f"{n - len(finished)} evaluated, {len(finished)} already done" in rerun.stdout
 
 
 def test_multiple_choice_task_through_the_cli_matches_unpacked_scoring(trained_run, tmp_path, capsys):

@@ -48,7 +48,7 @@ from loopscale.eval.continuation import (
     model_logits_fn,
 )
 from loopscale.eval.tasks import FEWSHOT_SEED, SHUFFLE_SEED, Task
-from loopscale.io import atomic_write_json
+from loopscale.io import atomic_write_json, remove_partial_writes
 
 EVAL_FILE = "eval.json"
 
@@ -381,9 +381,11 @@ def eval_sweep(
         pool.close()
     except BaseException:
         pool.terminate()  # Ctrl-C or a failed run: stop the others (their eval.json are not half-written)
-        raise
-    finally:
         pool.join()
+        for folder, _ in todo:  # a worker stopped mid-write leaves its temporary file: remove it
+            remove_partial_writes(folder / EVAL_FILE)
+        raise
+    pool.join()
     return counts
 
 
