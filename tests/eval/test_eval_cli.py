@@ -226,8 +226,11 @@ def test_interrupted_parallel_eval_sweep_loses_nothing_and_resumes(trained_run, 
     cmd = [sys.executable, "-m", "loopscale", "eval-sweep", str(sweep), "--tasks", "induction_head",
            "varassign_d0_math", "varassign_d1_code", "--limit", "24", "--device", "cpu", "--workers", "2"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    # a shell starts background jobs (e.g. a CI runner's) with SIGINT ignored, and Python keeps an ignored
+    # SIGINT ignored: give the sweep the default, as an interactive user's has
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
+                            start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen = []
     for line in proc.stdout:  # the first result line: workers are up, others are in flight
         seen.append(line)
