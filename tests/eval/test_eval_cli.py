@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -219,36 +220,40 @@ def _live_members(group: int) -> list[str]:
 
 
 def test_interrupted_parallel_eval_sweep_loses_nothing_and_resumes(trained_run, tmp_path):
-    """Ctrl-C (SIGINT to the process group) while two workers evaluate: exit 130, one line, no worker
-    left behind, no half-written eval.json; the rerun evaluates only what is missing."""
-    n = 12  # enough runs that most are still to do when the first result line appears
-    sweep = _sweep_of_copies(trained_run, tmp_path / "sweep", n)
+    """Ctrl-C (SIGINT to the process group) while two workers are each half-way through writing an
+    eval.json: exit 130, one line, no worker left behind, no eval.json and no temporary file but the one
+    finished run's; the rerun evaluates only what is missing. A test hook (crash_hooks/sitecustomize.py,
+    eval-hold) lets exactly one run finish and holds every other mid-write, so the moment of the
+    interrupt does not depend on the machine's speed."""
+    n = 4
+    sweep, markers = _sweep_of_copies(trained_run, tmp_path / "sweep", n), tmp_path / "markers"
+    markers.mkdir()
     cmd = [sys.executable, "-m", "loopscale", "eval-sweep", str(sweep), "--tasks", "induction_head",
-           "varassign_d0_math", "varassign_d1_code", "--limit", "24", "--device", "cpu", "--workers", "2"]
+           "--limit", "8", "--device", "cpu", "--workers", "2"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    hooks = Path(__file__).parents[1] / "sweep" / "crash_hooks"
+    held = {**env, "PYTHONPATH": os.pathsep.join([str(hooks), env.get("PYTHONPATH", "")]),
+            "LOOPSCALE_TEST_PAUSE": "eval-hold", "LOOPSCALE_TEST_MARKERS": str(markers)}
     # a shell starts background jobs (e.g. a CI runner's) with SIGINT ignored, and Python keeps an ignored
     # SIGINT ignored: give the sweep the default, as an interactive user's has
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=held,
                             start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    seen = []
-    for line in proc.stdout:  # the first result line: workers are up, others are in flight
-        seen.append(line)
-        if "macro loss" in line:
-            break
+    while len(list(markers.glob("hold-*"))) < 2:  # both workers are stuck mid-write
+        assert proc.poll() is None, proc.communicate()  # the sweep must not end before that
+        time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate()
-    finished = [p for p in sweep.glob("runs/*/eval.json")]
-    assert proc.returncode == 130, (seen, out, err)
+    finished = list(sweep.glob("runs/*/eval.json"))
+    assert proc.returncode == 130, (out, err)
     assert err.strip().splitlines() == ["loopscale eval-sweep: interrupted"]
     assert _live_members(proc.pid) == []  # no orphaned worker computing on
-    assert 1 <= len(finished) < n  # at least the run whose line was printed
-    for path in finished:
-        assert json.loads(path.read_text())["tasks"]["induction_head"]["n_examples"] == 24
-    assert not list(sweep.glob("runs/*/.eval.json.*"))
+    assert len(finished) == 1 and "macro loss" in out
+    assert json.loads(finished[0].read_text())["tasks"]["induction_head"]["n_examples"] == 8
+    assert not list(sweep.glob("runs/*/.eval.json.*"))  # the held workers' half-written files are gone
     rerun = subprocess.run(cmd, capture_output=True, text=True, env=env)
     assert rerun.returncode == 0
-    assert f"{n - len(finished)} evaluated, {len(finished)} already done" in rerun.stdout
+    assert f"{n - 1} evaluated, 1 already done" in rerun.stdout
 
 
 def test_multiple_choice_task_through_the_cli_matches_unpacked_scoring(trained_run, tmp_path, capsys):

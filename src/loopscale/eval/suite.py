@@ -33,10 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import yaml
 from tokenizers import Tokenizer
 
-from loopscale.config import from_dict
+from loopscale.config import from_dict, load_yaml
 from loopscale.errors import UserError
 from loopscale.eval.axes import PAPER_TASKS, MissingTask, summarize
 from loopscale.eval.continuation import (
@@ -434,8 +433,8 @@ def _evaluate_run(item: tuple[Path, dict[str, TaskResult]]) -> str:
 def _run_width(folder: Path) -> int:
     """Model width of a run folder's resolved config (0 when unreadable: then it does not decide)."""
     try:
-        return int(yaml.safe_load((folder / "config.yaml").read_text())["model"]["width"])
-    except (OSError, ValueError, TypeError, KeyError, yaml.YAMLError):
+        return int(load_yaml(folder / "config.yaml")["model"]["width"])
+    except (UserError, ValueError, TypeError, KeyError):
         return 0
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from dataclasses import replace as dc_replace
 from pathlib import Path
 
@@ -736,15 +736,7 @@ class Realisation:
     settings: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {
-            "k": self.k,
-            "ci_width": self.ci_width,
-            "coverage": self.coverage,
-            "phi_median": self.phi_median,
-            "phi_at_bound": self.phi_at_bound,
-            "per_seed": self.per_seed,
-            "settings": self.settings,
-        }
+        return asdict(self)
 
 
 def simulate(

@@ -7,6 +7,9 @@ can deliver a real ``kill -9`` at exactly that moment:
 - LOOPSCALE_TEST_PAUSE=between-runs: in the executor, after a run finished and before the next starts;
 - LOOPSCALE_TEST_PAUSE=hold: in each training run, right after its first checkpoint: marks
   ``hold-<run folder name>`` and waits (holding the run's lock) until the test creates the file ``release``.
+- LOOPSCALE_TEST_PAUSE=eval-hold: in ``eval-sweep`` (its worker processes), the first run to finish writes
+  its eval.json; every later run stops half-way through writing its own (the temporary file holds a
+  truncated document), marks ``hold-<run folder name>`` and waits there until the process is killed.
 
 Markers go to LOOPSCALE_TEST_MARKERS (a folder). Without these variables nothing is patched.
 """
@@ -63,3 +66,28 @@ if _PAUSE == "hold" and _MARKERS:
             time.sleep(0.05)
 
     checkpoint.save_checkpoint = save_checkpoint
+
+if _PAUSE == "eval-hold" and _MARKERS:
+    import json
+
+    import loopscale.eval.suite as suite
+    from loopscale.io import atomic_write
+
+    _atomic_write_json = suite.atomic_write_json
+
+    def atomic_write_json(path, obj):
+        try:  # the first run of the whole sweep (across worker processes) is written as usual
+            os.close(os.open(Path(_MARKERS, "first"), os.O_CREAT | os.O_EXCL))
+            return _atomic_write_json(path, obj)
+        except FileExistsError:
+            pass
+
+        def write_half_and_wait(tmp):
+            Path(tmp).write_text(json.dumps(obj)[:20])
+            Path(_MARKERS, f"hold-{Path(path).parent.name}").touch()
+            while True:
+                time.sleep(0.05)
+
+        return atomic_write(path, write_half_and_wait)
+
+    suite.atomic_write_json = atomic_write_json
