@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,13 +13,16 @@ from hypothesis import strategies as st
 
 from loopscale.cli import main
 from loopscale.config import dump_yaml
+from loopscale.errors import UserError
 from loopscale.fit import design as d
 from loopscale.fit.law import Design, objective_and_gradient
 from loopscale.paper import JOINT_FIT, MAIN_GRID
 from loopscale.sweep import load_spec, plan_sweep, preset
+from loopscale.sweep.plan import MeasuredTimes
 from loopscale.sweep.rundir import RESULT_FILE, SPEC_FILE, open_sweep, run_dir
 
 BUDGETS = sorted(MAIN_GRID)
+LAPTOP_RESULTS = Path(__file__).resolve().parents[2] / "results" / "laptop" / "results.csv"
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +117,32 @@ def test_every_point_of_the_greedy_path_keeps_the_constraints(paper, budgets, rs
         assert ends <= set(cands.budget[p.design.idx].tolist())
 
 
+def test_a_maximum_budget_ratio_leaves_no_gap_on_either_path():
+    """With --max-budget-ratio 5 every design of both paths keeps neighbouring budgets ≤ 5x apart (the
+    smallest bridges 4.64e17 → 2.15e19 with the fewest inner budgets); without it the smallest design holds
+    the two ends alone, 46x apart, and check_design names that gap under the ratio."""
+    prior = d.load_prior("paper")
+    budgets = [b for b in BUDGETS if b != 1e19]
+    cands = d.candidates_from_spec(preset("paper"), budgets=budgets, rs=[1, 8])
+    info = d.Information.build(prior, cands)
+    rule = d.Constraints(max_budget_ratio=5.0)
+    for search in (d.greedy_path, d.pruning_path):
+        path = search(cands, info, rule)
+        for point in path:
+            included = sorted(set(cands.budget[point.design.idx].tolist()))
+            assert max(b / a for a, b in zip(included, included[1:])) <= 5.0
+            assert d.check_design(cands, info, point.design, rule) == []
+    smallest = sorted(set(cands.budget[d.greedy_path(cands, info, rule)[0].design.idx].tolist()))
+    assert smallest == [BUDGETS[0], BUDGETS[2], BUDGETS[3], BUDGETS[5]]
+    free = d.greedy_path(cands, info)[0].design
+    assert sorted(set(cands.budget[free.idx].tolist())) == [BUDGETS[0], BUDGETS[5]]
+    assert d.check_design(cands, info, free, rule) == [
+        f"budgets {BUDGETS[0]:.3g} and {BUDGETS[5]:.3g} are {BUDGETS[5] / BUDGETS[0]:.2f}x apart > 5x"
+    ]
+    with pytest.raises(UserError, match="no candidate budget between"):
+        d.greedy_path(cands, info, d.Constraints(max_budget_ratio=1.5))
+
+
 def test_check_design_names_broken_constraints(paper):
     _, cands, info = paper
     top = np.flatnonzero(cands.budget == BUDGETS[-1])
@@ -152,6 +182,78 @@ def test_cli_writes_a_spec_the_sweep_loader_runs(tmp_path, capsys):
     assert doc["constraints"]["problems"] == []
     assert spec.model == preset("paper").model and spec.batch_tokens == preset("paper").batch_tokens
     assert doc["design"]["predicted_ci"]["phi"] > doc["reference_grid"]["predicted_ci"]["phi"] * 0.5
+
+
+def test_budgets_between_the_references_take_the_enclosing_widths(tmp_path, capsys):
+    """A budget the reference lacks is a new iso-FLOP curve: inside the range it offers the widths of the two
+    reference budgets around it; the emitted spec plans it; outside the range it needs --widths."""
+    laptop = preset("laptop")
+    grid = {c.budget: c.widths for c in laptop.groups[0].grid}
+    cands = d.candidates_from_spec(laptop, budgets=[2.5e12, 3.3e12, 1.25e13])
+    new = sorted({int(w) for w in cands.width[cands.budget == 3.3e12]})
+    assert new == sorted(set(grid[2.5e12]) | set(grid[4.3e12]))
+    assert sorted(set(cands.budget)) == [2.5e12, 3.3e12, 1.25e13]
+    assert sorted({int(w) for w in cands.width[cands.budget == 1.25e13]}) == grid[1.25e13]
+    assert all(math.isclose(run.total_flops, run.budget, rel_tol=0.1) for run in cands.runs)
+    with pytest.raises(UserError, match="outside group 'main'.*--widths"):
+        d.candidates_from_spec(laptop, budgets=[1e12, 2.5e12])
+    wide = d.candidates_from_spec(laptop, budgets=[1e12, 2.5e12], widths=[16, 32, 48])
+    assert sorted({int(w) for w in wide.width}) == [16, 32, 48]
+
+    out = tmp_path / "design.yaml"
+    prior = str(LAPTOP_RESULTS)  # the paper's law puts the laptop minima outside its widths
+    args = ["design", "--preset", "laptop", "--prior", prior, "--no-probe", "--out", str(out)]
+    assert main([*args, "--budgets", "2.5e12", "3.3e12", "4.3e12", "--flop-cap", "1e14"]) == 0
+    budgets = {run.budget for run in plan_sweep(load_spec(out))}
+    assert min(budgets) == 2.5e12 and max(budgets) == 4.3e12
+    capsys.readouterr()
+    assert main([*args, "--budgets", "1e12", "2.5e12", "--flop-cap", "1e14"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "outside group" in err[0]
+
+
+def test_cli_timings_cost_runs_from_a_finished_sweeps_run_times(tmp_path, capsys):
+    """--timings replaces the probe: the reference's and the design's est. wall are the sums of
+    ``MeasuredTimes`` shares of their runs, and the output says where the estimate came from."""
+    out, doc_path = tmp_path / "design.yaml", tmp_path / "design.json"
+    args = ["design", "--preset", "laptop", "--prior", str(LAPTOP_RESULTS), "--no-probe", "--cost", "wall"]
+    code = main(
+        [*args, "--timings", str(LAPTOP_RESULTS), "--workers", "2", "--flop-fraction", "0.6"]
+        + ["--out", str(out), "--json", str(doc_path)]
+    )
+    assert code == 0
+    assert f"est. wall from the measured run times of {LAPTOP_RESULTS}" in capsys.readouterr().out
+    doc = json.loads(doc_path.read_text())
+    times = MeasuredTimes.from_table(LAPTOP_RESULTS, workers=2)
+    reference = sum(times.wall_shares(plan_sweep(preset("laptop"))))
+    assert doc["reference_grid"]["est_seconds"] == pytest.approx(reference)
+    assert doc["design"]["est_seconds"] == pytest.approx(sum(times.wall_shares(plan_sweep(load_spec(out)))))
+    assert doc["design"]["flops"] <= 0.6 * doc["reference_grid"]["flops"]
+    assert main([*args, "--flop-fraction", "0.6"]) == 2  # --cost wall without probe or timings
+    assert "needs its throughput probe or --timings" in capsys.readouterr().err
+
+
+def test_cli_wall_cap_picks_the_narrowest_design_within_the_wall_time(tmp_path, capsys):
+    """--wall-fraction 0.5 with measured timings: the design's est. wall is at most half the reference's and
+    no design on the front within that wall time is predicted narrower; a wall cap needs --cost wall."""
+    doc_path = tmp_path / "design.json"
+    args = ["design", "--preset", "laptop", "--prior", str(LAPTOP_RESULTS), "--no-probe"]
+    timed = [*args, "--cost", "wall", "--timings", str(LAPTOP_RESULTS), "--workers", "2"]
+    assert main([*timed, "--wall-fraction", "0.5", "--json", str(doc_path)]) == 0
+    assert "of estimated wall time" in capsys.readouterr().out
+    doc = json.loads(doc_path.read_text())
+    cap = 0.5 * doc["reference_grid"]["est_seconds"]
+    assert doc["target"]["wall_cap_seconds"] == pytest.approx(cap)
+    assert doc["design"]["est_seconds"] <= cap
+    width = doc["design"]["predicted_ci"]["phi"]
+    assert all(p["predicted"]["phi"] >= width for p in doc["pareto"] if p["cost"] <= cap)
+    assert any(p["cost"] > cap and p["predicted"]["phi"] < width for p in doc["pareto"])  # the cap binds
+    assert main([*args, "--wall-fraction", "0.5"]) == 2
+    assert main([*timed, "--wall-cap", "10", "--flop-cap", "1e14"]) == 2
+    assert main([*timed, "--wall-cap", "10"]) == 2  # nothing fits in 10 s
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and "add --cost wall" in err[0] and "give one target" in err[1]
+    assert "no design fits under 10" in err[2]
 
 
 def test_cli_bad_input_is_one_line(capsys):
@@ -419,6 +521,58 @@ def test_simulated_ci_search_finds_the_cheapest_design_that_realises_the_target(
     passing = [row for row in log6 if row["reaches_target"]]
     if passing:  # the cheapest simulated design that realises the target
         assert chosen6.design.label == min(passing, key=lambda row: row["cost"])["design"]
+
+
+def test_simulated_cost_cap_simulates_only_designs_within_the_cap(small, monkeypatch):
+    """A cap on the search's own cost (wall seconds here: the middle budget 5x dearer per FLOP) simulates
+    each path's narrowest design within it and keeps the narrowest realised; FLOPs may exceed the same
+    figure, only the cost counts."""
+    prior, cands, info = small
+    dear = cands.with_cost(np.where(cands.budget == BUDGETS[1], 5.0, 1.0) * cands.flops)
+    monkeypatch.setattr(d, "simulate", _fake_realisation(lambda design: 1.0))
+    paths = [search(dear, info) for search in (d.greedy_path, d.pruning_path)]
+    costs = sorted(p.cost for path in paths for p in path)
+    cap = costs[len(costs) // 2]
+    chosen, _, log = d.simulate_in_loop(dear, info, prior, paths, 1, cost_cap=cap, rounds=6)
+    assert chosen.cost <= cap and all(row["cost"] <= cap for row in log) and len(log) <= 2
+    within = [p for path in paths for p in path if p.cost <= cap]
+    assert chosen.predicted["phi"] == min(p.predicted["phi"] for p in within)
+
+
+def test_simulated_ci_search_is_not_shadowed_by_replicated_designs(small, monkeypatch):
+    """Replicates halve the predicted variance but the cell bootstrap resamples the same cells. With a
+    stand-in whose realised width ignores replicates (as measured on the laptop preset) and a target at
+    which a front mixing replicate counts hides the cheapest answer behind a replicated design's optimistic
+    prediction, the search still returns the cheapest design of any replicate count that realises it."""
+    prior, cands, info = small
+
+    def cells(design):
+        return len({(b, r) for b, r in zip(cands.budget[design.idx], cands.r[design.idx])})
+
+    def realised_width(design):
+        return _predicted(info, design) * design.replicates**0.5 * (1 + 1.5 / cells(design))
+
+    def cheapest(points, target):
+        return min((p for p in points if realised_width(p.design) <= target), key=lambda p: p.cost)
+
+    monkeypatch.setattr(d, "simulate", _fake_realisation(lambda x: realised_width(x) / _predicted(info, x)))
+    paths = [search(cands, info, replicates=k) for k in (1, 2) for search in (d.greedy_path, d.pruning_path)]
+    ones, twos = (d.pareto([p for path in paths for p in path if p.design.replicates == k]) for k in (1, 2))
+    mixed = d.pareto([p for path in paths for p in path])
+    shadowed = [
+        target
+        for target in sorted({realised_width(p.design) for p in ones})
+        if cheapest(mixed, target).cost > cheapest(ones + twos, target).cost
+    ]
+    assert shadowed  # such a target exists on this grid
+    truth = cheapest(ones + twos, shadowed[0])
+    chosen, real, log = d.simulate_in_loop(cands, info, prior, paths, 1, target_ci=shadowed[0], rounds=12)
+    assert chosen is truth and real.ci_width["phi"] <= shadowed[0]
+    assert len({row["design"] for row in log}) == len(log)
+
+
+def _predicted(info, design):
+    return info.ci_widths(design.weights(len(info.loss)))["phi"]
 
 
 def test_simulated_power_search_returns_the_cheapest_design_that_reaches_the_power(small, monkeypatch):

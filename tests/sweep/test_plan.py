@@ -14,8 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loopscale.cli import main
+from loopscale.errors import UserError
 from loopscale.sweep import plan_sweep, preset
-from loopscale.sweep.plan import ThroughputProbe, format_plan, run_name
+from loopscale.sweep.plan import MeasuredTimes, ThroughputProbe, format_plan, run_name
 
 # Spec §5.2, columns: C | s | d | N (M) r=1/2/4/8 | steps r=1/2/4/8 | D = steps·B (B tokens) r=1/2/4/8
 SPEC_GRID = """
@@ -344,6 +345,51 @@ def test_estimate_adds_each_runs_start_and_final_evaluation():
     assert probe.seconds(run) == pytest.approx(run.total_flops / 6e10 + 3.0 + 131_072 / 2.5e4)
     doc = json.loads(format_plan(spec, runs, "json", probe))
     assert doc["estimate"]["seconds"] == pytest.approx(sum(probe.seconds(r) for r in runs) / 2, abs=0.1)
+
+
+def _timings_table(path: Path, rows: list[tuple[int, int, int, float, float, str]]) -> Path:
+    """A results.csv with (width, r, steps, train_time_s, wall_time_s, status) rows; the rest blank."""
+    from loopscale.sweep.collect import RESULT_COLUMNS
+
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=RESULT_COLUMNS)
+        writer.writeheader()
+        for i, (width, r, steps, train, wall, status) in enumerate(rows):
+            writer.writerow(
+                {"run": f"run{i}", "width": width, "r": r, "steps": steps, "train_time_s": train,
+                 "wall_time_s": wall, "status": status}
+            )
+    return path
+
+
+def test_measured_times_cost_a_run_at_its_width_and_r_from_a_finished_sweep(tmp_path):
+    """steps × the median s/step at (width, r) + the median overhead; failed runs and other (width, r) do
+    not count; a (width, r) the sweep never ran is a one-line error, as is a table without timings."""
+    table = _timings_table(
+        tmp_path / "results.csv",
+        [
+            (16, 1, 100, 10.0, 12.0, "ok"),  # 0.1 s/step, 2 s overhead
+            (16, 1, 200, 30.0, 33.0, "ok"),  # 0.15
+            (16, 1, 400, 80.0, 84.0, "ok"),  # 0.2
+            (16, 1, 100, 900.0, 999.0, "failed"),
+            (16, 8, 100, 50.0, 52.0, "ok"),  # 0.5
+        ],
+    )
+    times = MeasuredTimes.from_table(table, workers=2)
+    runs = [r for r in plan_sweep(preset("demo")) if r.width == 16]
+    run1 = next(r for r in runs if r.r == 1)
+    run8 = next(r for r in runs if r.r == 8)
+    assert times.seconds(run1) == pytest.approx(run1.steps * 0.15 + 2.5)  # overheads 2, 3, 4, 2
+    assert times.seconds(run8) == pytest.approx(run8.steps * 0.5 + 2.5)
+    shares = times.wall_shares([run1, run8])
+    assert shares == pytest.approx([times.seconds(run1) / 2, times.seconds(run8) / 2])
+    other = next(r for r in plan_sweep(preset("demo")) if r.width != 16)
+    missing = f"no run at width {other.width}, r = {other.r}.*d=16 r=1, d=16 r=8"
+    with pytest.raises(UserError, match=missing):
+        times.seconds(other)
+    empty = _timings_table(tmp_path / "empty.csv", [(16, 1, 100, 10.0, 12.0, "failed")])
+    with pytest.raises(UserError, match="no finished run with measured train and wall times"):
+        MeasuredTimes.from_table(empty, workers=1)
 
 
 def test_a_busy_probe_says_its_estimate_is_pessimistic():

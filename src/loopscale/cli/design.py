@@ -11,6 +11,7 @@ the runs that shrink φ's CI most per unit cost.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 from pathlib import Path
 
@@ -42,7 +43,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     g = p.add_argument_group("candidate space and constraints")
     g.add_argument(
-        "--budgets", type=float, nargs="+", help="restrict to these budgets of the reference (FLOPs)"
+        "--budgets",
+        type=float,
+        nargs="+",
+        help="these budgets (FLOPs): the reference's, or new ones (widths from --widths, or the union of "
+        "the enclosing reference budgets' widths)",
     )
     g.add_argument("--rs", type=int, nargs="+", help="restrict to these loop counts")
     g.add_argument(
@@ -67,12 +72,26 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(r_min only); other r are added where they pay",
     )
     g.add_argument(
+        "--max-budget-ratio",
+        type=float,
+        help="no two neighbouring included budgets further apart than this factor (default: only the end "
+        "budgets are required)",
+    )
+    g.add_argument(
         "--cost",
         choices=["flops", "wall"],
         default="flops",
         help="what the search minimises: training FLOPs (default) or the planner's estimated wall time on "
-        "this machine (its throughput probe and worker layout, as `loopscale plan` prints; not with "
-        "--no-probe)",
+        "this machine (its throughput probe and worker layout, as `loopscale plan` prints, or --timings; "
+        "not with --no-probe alone)",
+    )
+    g.add_argument(
+        "--timings",
+        type=Path,
+        metavar="RESULTS_CSV",
+        help="estimate wall time from a finished sweep's measured run times instead of the probe: a run "
+        "costs its steps x the median seconds per step that sweep took at its width and r, plus the median "
+        "per-run overhead (stable from run to run; valid for the layout that sweep ran with)",
     )
     t = p.add_argument_group(
         "target (one of; default: the reference grid's phi CI width, realised on the same seeds with "
@@ -81,6 +100,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--target-ci", type=float, help="95%% CI width of phi to reach")
     t.add_argument("--flop-cap", type=float, help="training FLOPs the design may spend")
     t.add_argument("--flop-fraction", type=float, help="FLOP cap as a fraction of the reference grid's")
+    t.add_argument(
+        "--wall-cap",
+        type=float,
+        metavar="SECONDS",
+        help="estimated wall time the design may take (--cost wall)",
+    )
+    t.add_argument(
+        "--wall-fraction",
+        type=float,
+        help="wall-time cap as a fraction of the reference grid's (--cost wall)",
+    )
     s = p.add_argument_group("validation by simulation")
     s.add_argument(
         "--simulate",
@@ -145,13 +175,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _check(args: argparse.Namespace) -> None:
     from loopscale.io import check_output
 
-    targets = [x for x in (args.target_ci, args.flop_cap, args.flop_fraction) if x is not None]
-    if len(targets) > 1:
-        raise UserError("give one target: --target-ci, --flop-cap or --flop-fraction")
-    for name in ("target_ci", "flop_cap", "flop_fraction", "sigma", "delta_phi"):
+    kinds = ("target_ci", "flop_cap", "flop_fraction", "wall_cap", "wall_fraction")
+    if sum(getattr(args, name) is not None for name in kinds) > 1:
+        raise UserError(
+            "give one target: --target-ci, --flop-cap, --flop-fraction, --wall-cap or --wall-fraction"
+        )
+    if (args.wall_cap is not None or args.wall_fraction is not None) and args.cost != "wall":
+        raise UserError("--wall-cap / --wall-fraction cap the estimated wall time: add --cost wall")
+    for name in (*kinds, "sigma", "delta_phi"):
         value = getattr(args, name)
         if value is not None and not (math.isfinite(value) and value > 0):
             raise UserError(f"--{name.replace('_', '-')} must be a positive number, got {value}")
+    if args.max_budget_ratio is not None and not args.max_budget_ratio > 1:
+        raise UserError(f"--max-budget-ratio must be > 1, got {args.max_budget_ratio}")
     if args.min_widths < 3:
         raise UserError(f"--min-widths must be >= 3 (a parabola needs three widths), got {args.min_widths}")
     if (
@@ -162,10 +198,10 @@ def _check(args: argparse.Namespace) -> None:
         raise UserError("--replicates, --workers and --sim-rounds must be >= 1 and --simulate >= 0")
     if not 0 < args.target_power < 1:
         raise UserError(f"--target-power must lie in (0, 1), got {args.target_power}")
-    if args.cost == "wall" and args.no_probe:
+    if args.cost == "wall" and args.no_probe and args.timings is None:
         raise UserError(
-            "--cost wall minimises the planner's wall-time estimate, which needs its throughput probe: "
-            "drop --no-probe (or use --cost flops)"
+            "--cost wall minimises the planner's wall-time estimate, which needs its throughput probe or "
+            "--timings: drop --no-probe (or use --cost flops)"
         )
     if args.apply and args.from_dir is None:
         raise UserError("--apply extends a partial sweep: give --from SWEEP_DIR")
@@ -231,16 +267,18 @@ def run_design(args: argparse.Namespace) -> int:
         "reference",
         ref_cost,
     )
-    constraints = d.Constraints(min_widths=args.min_widths, per_budget=args.per_budget)
+    constraints = d.Constraints(args.min_widths, args.per_budget, args.max_budget_ratio)
     paths = [
         search(cands, info, constraints, replicates=k)
         for k in args.replicates
         for search in (d.greedy_path, d.pruning_path)
     ]
     front = d.pareto([p for path in paths for p in path])
-    target_ci, cap = args.target_ci, args.flop_cap
+    target_ci, cap, wall_cap = args.target_ci, args.flop_cap, args.wall_cap
     if args.flop_fraction is not None:
         cap = args.flop_fraction * ref_flops
+    if args.wall_fraction is not None:
+        wall_cap = args.wall_fraction * ref_cost  # --cost wall: the reference's estimated wall seconds
     sims: dict[str, d.Realisation] = {}
     rounds: list[dict] = []
     sim_kw = {
@@ -252,10 +290,11 @@ def run_design(args: argparse.Namespace) -> int:
     if args.simulate and args.reference_sim:
         sims["reference"] = d.simulate(ref_cands, ref_info, prior, ref_design, args.simulate, **sim_kw)
     target_source = "given"
-    if target_ci is None and cap is None:
+    if target_ci is None and cap is None and wall_cap is None:
         if sweep_spec is not None:
             raise UserError(
-                "--from needs a target: --target-ci, --flop-cap or --flop-fraction (of the sweep)"
+                "--from needs a target: --target-ci, --flop-cap, --flop-fraction, --wall-cap or "
+                "--wall-fraction (of the sweep)"
             )
         # the reference's own precision: realised on the same seeds when simulated, else predicted
         if "reference" in sims:
@@ -271,13 +310,16 @@ def run_design(args: argparse.Namespace) -> int:
             args.simulate,
             target_ci=target_ci,
             flop_cap=cap,
+            cost_cap=wall_cap,
             rounds=args.sim_rounds,
             **sim_kw,
         )
     else:
-        chosen = d.choose(front, target_ci, cap)
+        chosen = d.choose(front, target_ci, cap, wall_cap)
     problems = d.check_design(cands, info, chosen.design, constraints)
-    ref_problems = d.check_design(ref_cands, ref_info, ref_design, d.Constraints(min_widths=args.min_widths))
+    # the reference under the default r rule and the design's widths and budget ratio
+    ref_rules = d.Constraints(args.min_widths, max_budget_ratio=args.max_budget_ratio)
+    ref_problems = d.check_design(ref_cands, ref_info, ref_design, ref_rules)
     if sweep_spec is None:
         out_spec = d.design_spec(cands, chosen.design, f"{reference.name}-design")
     else:
@@ -328,10 +370,18 @@ def run_design(args: argparse.Namespace) -> int:
     doc = {
         "prior": prior.to_dict(),
         "reference": ref_label,
-        "constraints": {"min_widths": args.min_widths, "per_budget": args.per_budget, "problems": problems},
+        # the candidate space as given (None: the reference's own), which the run indices point into
+        "candidate_space": {"group": args.group, **restrict},
+        "constraints": {**dataclasses.asdict(constraints), "problems": problems},
         "reference_constraint_problems": ref_problems,
-        "target": {"ci_phi": target_ci, "flop_cap": cap, "source": target_source if cap is None else "given"},
+        "target": {
+            "ci_phi": target_ci,
+            "flop_cap": cap,
+            "wall_cap_seconds": wall_cap,
+            "source": target_source if target_ci is not None else "given",
+        },
         "cost": args.cost,
+        "wall_source": _wall_source(args) if wall is not None else None,
         "design": _summary(chosen, cands, seconds.get("design"), sims.get("design"), new_only=True),
         "reference_grid": _summary(
             ref_point, ref_cands, seconds.get("reference"), sims.get("reference"), new_only=False
@@ -416,19 +466,27 @@ def _attach_wall(rows: list[dict], cands, wall) -> None:
 def _wall_shares(args, reference, sweep_spec, cands, ref_cands):
     """Each candidate's and each reference run's share of the planner's estimated wall time on this machine
     (``ThroughputProbe.wall_shares``: a run's seconds over the workers ``loopscale sweep`` would use), or
-    (None, None) with --no-probe or when the narrowest model is too large to probe here."""
-    if args.no_probe:
+    (None, None) with --no-probe or when the narrowest model is too large to probe here. With --timings the
+    seconds come from a finished sweep's measured run times (``MeasuredTimes``) instead of the probe."""
+    if args.no_probe and args.timings is None:
         return None, None
     import numpy as np
 
-    from loopscale.sweep.plan import default_layout, measure_throughput, plan_sweep
+    from loopscale.sweep.plan import MeasuredTimes, default_layout, measure_throughput, plan_sweep
 
     ref_runs = plan_sweep(reference if sweep_spec is None else sweep_spec)
     workers = args.workers or default_layout(reference, ref_runs).workers
-    probe = measure_throughput(reference, ref_cands.runs + cands.runs, workers=workers)
+    if args.timings is not None:
+        probe = MeasuredTimes.from_table(args.timings, workers)
+    else:
+        probe = measure_throughput(reference, ref_cands.runs + cands.runs, workers=workers)
     if probe is None:
         return None, None
     return np.array(probe.wall_shares(cands.runs)), np.array(probe.wall_shares(ref_cands.runs))
+
+
+def _wall_source(args) -> str:
+    return "the throughput probe" if args.timings is None else f"the measured run times of {args.timings}"
 
 
 def _summary(point, cands, seconds, realised, *, new_only: bool) -> dict:
@@ -483,8 +541,13 @@ def format_design(doc: dict) -> str:
     target = doc["target"]
     if target["flop_cap"] is not None:
         lines.append(f"target: the narrowest phi CI under {target['flop_cap']:.3e} FLOPs")
+    elif target.get("wall_cap_seconds") is not None:
+        cap = format_seconds(target["wall_cap_seconds"])
+        lines.append(f"target: the narrowest phi CI under {cap} of estimated wall time; cost: {doc['cost']}")
     else:
         lines.append(f"target: phi CI width {target['ci_phi']:.4f} ({target['source']}); cost: {doc['cost']}")
+    if doc.get("wall_source"):
+        lines.append(f"est. wall from {doc['wall_source']}")
     if ref["est_seconds"] is None:
         lines.append(
             "no wall-time estimate (--no-probe, or the narrowest model is too large to probe on this "

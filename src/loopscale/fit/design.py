@@ -245,6 +245,28 @@ def pick_group(spec: SweepSpec, name: str | None) -> RunGroup:
     raise UserError(f"sweep {spec.name!r} has no group with several loop counts r: phi needs at least two")
 
 
+def _budget_widths(
+    grid: list[BudgetWidths], budget: float, widths: list[int] | None, group: str
+) -> BudgetWidths:
+    """The reference's cell at ``budget``, or a new one between the two reference budgets around it."""
+    for cell in grid:
+        if math.isclose(budget, cell.budget, rel_tol=1e-9):
+            return cell
+    if widths:
+        return BudgetWidths(budget, sorted(set(int(w) for w in widths)))
+    below = [c for c in grid if c.budget < budget]
+    above = [c for c in grid if c.budget > budget]
+    if not below or not above:
+        raise UserError(
+            f"budget {budget:.3g} lies outside group {group!r}'s range "
+            f"({min(c.budget for c in grid):.3g}–{max(c.budget for c in grid):.3g}); "
+            "give its candidate widths with --widths"
+        )
+    lo = max(below, key=lambda c: c.budget)
+    hi = min(above, key=lambda c: c.budget)
+    return BudgetWidths(budget, sorted(set(lo.widths) | set(hi.widths)))
+
+
 def candidates_from_spec(
     spec: SweepSpec,
     *,
@@ -254,18 +276,15 @@ def candidates_from_spec(
     widths: list[int] | None = None,
 ) -> Candidates:
     """The candidate space of a reference sweep's group: its budgets × its widths per budget × its r,
-    optionally restricted to ``budgets`` and ``rs`` or with ``widths`` (d_model) at every budget."""
+    optionally restricted to ``budgets`` and ``rs`` or with ``widths`` (d_model) at every budget.
+
+    A budget the reference does not hold is a new iso-FLOP curve: it takes ``widths`` when given, else, inside
+    the reference's budget range, the union of the widths of the two reference budgets that enclose it (where
+    its iso-FLOP minimum lies under any law decreasing in N and D)."""
     base = pick_group(spec, group)
     grid = base.grid
     if budgets:
-        wanted = [float(b) for b in budgets]
-        missing = [b for b in wanted if not any(math.isclose(b, c.budget, rel_tol=1e-9) for c in grid)]
-        if missing:
-            raise UserError(
-                f"budget(s) {', '.join(f'{b:.3g}' for b in missing)} are not in group {base.name!r} "
-                f"(its budgets: {', '.join(f'{c.budget:.3g}' for c in grid)})"
-            )
-        grid = [c for c in grid if any(math.isclose(b, c.budget, rel_tol=1e-9) for b in wanted)]
+        grid = [_budget_widths(grid, float(b), widths, base.name) for b in sorted(set(budgets))]
     if widths:
         grid = [BudgetWidths(c.budget, sorted(set(int(w) for w in widths))) for c in grid]
     chosen_rs = list(base.rs)
@@ -395,10 +414,20 @@ class RunDesign:
 class Constraints:
     """What every design keeps: ≥ ``min_widths`` widths per included (budget, r) cell bracketing the prior's
     iso-FLOP minimum; the bottom and top budget; at every included budget the r of ``per_budget``: "ends"
-    (r_min and r_max), "all" (every r) or "min" (r_min only; the other r where they pay)."""
+    (r_min and r_max), "all" (every r) or "min" (r_min only; the other r where they pay); with
+    ``max_budget_ratio``, no two neighbouring included budgets further apart than that factor (so the law is
+    measured across the range, not only at its ends)."""
 
     min_widths: int = 3
     per_budget: str = "ends"
+    max_budget_ratio: float | None = None
+
+    def gaps(self, budgets: list[float]) -> list[tuple[float, float]]:
+        """Neighbouring pairs of the sorted ``budgets`` further apart than ``max_budget_ratio``."""
+        if self.max_budget_ratio is None:
+            return []
+        ordered = sorted(budgets)
+        return [(a, b) for a, b in zip(ordered, ordered[1:]) if b > a * self.max_budget_ratio * (1 + 1e-9)]
 
     def required_rs(self, rs: list[int]) -> list[int]:
         """The loop counts every included budget must hold."""
@@ -453,6 +482,10 @@ def check_design(
     for end in (budgets[0], budgets[-1]):
         if not chosen[cands.budget == end].any():
             problems.append(f"budget {end:.3g} (an end of the range) is not included")
+    for lo, hi in constraints.gaps(sorted(set(cands.budget[chosen].tolist()))):
+        problems.append(
+            f"budgets {lo:.3g} and {hi:.3g} are {hi / lo:.2f}x apart > {constraints.max_budget_ratio:g}x"
+        )
     for b in sorted(set(cands.budget[chosen].tolist())):
         have = sorted(set(cands.r[chosen & (cands.budget == b)].tolist()))
         need = constraints.required_rs(rs)
@@ -495,6 +528,7 @@ class _Space:
         self.min_widths = constraints.min_widths
         self.budgets = sorted(set(cands.budget.tolist()))
         self.need = constraints.required_rs(sorted(set(cands.r.tolist())))
+        self.constraints = constraints
         self.cost = cands.run_cost * replicates
         self.fixed_idx = np.flatnonzero(cands.fixed)
         self.fixed_cells = {
@@ -545,10 +579,11 @@ class _Space:
         return {k[0] for k in state}
 
     def smallest(self) -> dict:
-        """The fixed cells as they are, plus the end budgets with their required r at the best-centred
-        narrowest windows."""
+        """The fixed cells as they are, plus the end budgets (and, with a maximum budget ratio, the fewest
+        inner budgets that close every gap, each the furthest within reach) with their required r at the
+        best-centred narrowest windows."""
         state = dict(self.fixed_span)
-        for b in (self.budgets[0], self.budgets[-1]):
+        for b in self._bridge({k[0] for k in self.fixed_cells} | {self.budgets[0], self.budgets[-1]}):
             if any(k[0] == b for k in self.fixed_cells):
                 continue
             for r in self.need:
@@ -561,12 +596,32 @@ class _Space:
                 state[(b, r)] = w
         return state
 
+    def _bridge(self, budgets: set[float]) -> list[float]:
+        """``budgets`` plus the fewest candidate budgets that leave no gap above the maximum ratio."""
+        chosen = sorted(budgets)
+        while gaps := self.constraints.gaps(chosen):
+            lo, hi = gaps[0]
+            reach = [b for b in self.budgets if lo < b < hi and b <= lo * self.constraints.max_budget_ratio]
+            if not reach:
+                raise UserError(
+                    f"no candidate budget between {lo:.3g} and {hi:.3g} within "
+                    f"{self.constraints.max_budget_ratio:g}x of {lo:.3g}; add budgets (--budgets) or raise "
+                    "--max-budget-ratio"
+                )
+            chosen = sorted({*chosen, max(reach)})
+        return chosen
+
     def largest(self) -> dict:
         """Every cell that can be bracketed at its widest window, at budgets that hold the required r."""
         state = {key: max(ws, key=lambda w: w[1] - w[0]) for key, ws in self.windows.items() if ws}
         for b in self.budgets:
             if any((b, r) not in state for r in self.need) and not any(k[0] == b for k in self.fixed_cells):
                 state = {k: w for k, w in state.items() if k[0] != b}
+        for lo, hi in self.constraints.gaps(sorted(self.included(state))):
+            raise UserError(
+                f"budgets {lo:.3g} and {hi:.3g} are {hi / lo:.2f}x apart and no budget between them can "
+                f"hold r = {self.need} bracketed; add budgets or widths, or raise --max-budget-ratio"
+            )
         return state
 
     def growths(self, state):
@@ -604,7 +659,8 @@ class _Space:
             if key[1] not in self.need and key not in self.fixed_cells:
                 yield f"drop cell ({key[0]:.3g}, r={key[1]})", {k: v for k, v in state.items() if k != key}
         for b in {k[0] for k in state} - set(ends):
-            if not any(k[0] == b for k in self.fixed_cells):
+            left = self.included(state) - {b}
+            if not any(k[0] == b for k in self.fixed_cells) and not self.constraints.gaps(sorted(left)):
                 yield f"drop budget {b:.3g}", {k: v for k, v in state.items() if k[0] != b}
 
 
@@ -695,11 +751,17 @@ def pareto(points: list[PathPoint], key: str = "phi", score=None) -> list[PathPo
     return out
 
 
-def choose(points: list[PathPoint], target_ci: float | None, flop_cap: float | None) -> PathPoint:
+def choose(
+    points: list[PathPoint],
+    target_ci: float | None,
+    flop_cap: float | None,
+    cost_cap: float | None = None,
+) -> PathPoint:
     """The cheapest point (``PathPoint.cost``) whose predicted φ CI width ≤ ``target_ci``, or the narrowest
-    within ``flop_cap`` FLOPs."""
-    if (target_ci is None) == (flop_cap is None):
-        raise UserError("give exactly one target: a CI width for phi or a FLOP cap")
+    within ``flop_cap`` FLOPs, or within ``cost_cap`` of the search's own cost (e.g. estimated wall
+    seconds)."""
+    if sum(x is not None for x in (target_ci, flop_cap, cost_cap)) != 1:
+        raise UserError("give exactly one target: a CI width for phi, a FLOP cap or a wall-time cap")
     if target_ci is not None:
         ok = [p for p in points if p.predicted["phi"] <= target_ci]
         if not ok:
@@ -709,14 +771,21 @@ def choose(points: list[PathPoint], target_ci: float | None, flop_cap: float | N
                 f"{best:.3g}); widen the space (more budgets, widths, --replicates) or relax the target"
             )
         return min(ok, key=lambda p: (p.cost, p.predicted["phi"]))
-    ok = [p for p in points if p.flops <= flop_cap]
+    ok = [p for p in points if within_cap(p, flop_cap, cost_cap)]
     if not ok:
-        cheapest = min(p.flops for p in points)
+        spent = (lambda p: p.flops) if flop_cap is not None else (lambda p: p.cost)
+        cap, unit = (flop_cap, "FLOPs") if flop_cap is not None else (cost_cap, "of the search's cost")
         raise UserError(
-            f"no design fits under {flop_cap:.3g} FLOPs; the smallest that keeps the constraints needs "
-            f"{cheapest:.3g} (drop the top budget with --budgets, or raise the cap)"
+            f"no design fits under {cap:.3g} {unit}; the smallest that keeps the constraints needs "
+            f"{min(spent(p) for p in points):.3g} (drop the top budget with --budgets, or raise the cap)"
         )
     return min(ok, key=lambda p: (p.predicted["phi"], p.flops))
+
+
+def within_cap(point: PathPoint, flop_cap: float | None, cost_cap: float | None) -> bool:
+    """Whether ``point`` spends at most ``flop_cap`` FLOPs and at most ``cost_cap`` of its cost (None: no
+    cap of that kind)."""
+    return (flop_cap is None or point.flops <= flop_cap) and (cost_cap is None or point.cost <= cost_cap)
 
 
 # ---------------------------------------------------------------------------------------------- simulation
@@ -852,23 +921,26 @@ def simulate_in_loop(
     *,
     target_ci: float | None = None,
     flop_cap: float | None = None,
+    cost_cap: float | None = None,
     rounds: int = 6,
     **settings,
 ) -> tuple[PathPoint, Realisation, list[dict]]:
     """Choose a design with the simulation in the loop, because the asymptotics flatter sparse designs.
 
-    Target CI width: the cheapest design on the paths' Pareto front (cost vs predicted φ CI width) whose
-    *realised* width ≤ ``target_ci``, by ``bracket_search`` over the front with at most ``rounds`` simulated
-    designs: first the cheapest predicted to reach the target (or, if none is, the narrowest predicted);
-    each bracketing move re-aims at the cheapest predicted to reach target × predicted/realised of the
-    design just simulated; then bisection in cost. When no simulated design reaches the target, the
-    narrowest realised is returned. FLOP cap: simulate the narrowest-predicted design under the cap of each
-    path (at most ``rounds``, narrowest first) and keep the narrowest realised. Returns (chosen point, its
-    realisation, one log row per simulated design, in the order simulated). ``settings`` go to
-    ``simulate``; every design is simulated with the same seeds."""
-    front = pareto([p for path in paths for p in path])
+    Target CI width: the cheapest design whose *realised* width ≤ ``target_ci``, searched on one Pareto
+    front (cost vs predicted φ CI width) per replicate count, because replicates shrink the predicted width
+    (they double every run's information) but not the cell bootstrap's, which resamples the same number of
+    cells: on a front that mixes them, replicated designs shadow unreplicated ones that realise narrower at
+    the same cost. On each front, fewest replicates first and cut to the designs cheaper than the best hit so
+    far, ``bracket_search`` simulates at most ``rounds`` designs: first the cheapest predicted to reach the
+    target (or, if none is, the narrowest predicted); each bracketing move re-aims at the cheapest predicted
+    to reach target × predicted/realised of the design just simulated; then bisection in cost. When no
+    simulated design reaches the target, the narrowest realised is returned. FLOP cap (or ``cost_cap``, on
+    ``PathPoint.cost``): simulate the narrowest-predicted design under the cap of each path (at most
+    ``rounds``, narrowest first) and keep the narrowest realised. Returns (chosen point, its realisation,
+    one log row per simulated design, in the order simulated). ``settings`` go to ``simulate``; every
+    design is simulated with the same seeds."""
     log: list[dict] = []
-    sims: dict[int, Realisation] = {}
 
     def run(point: PathPoint, target: float | None = None) -> Realisation:
         real = simulate(cands, info, prior, point.design, k, **settings)
@@ -887,24 +959,49 @@ def simulate_in_loop(
         )
         return real
 
-    if flop_cap is not None:
+    if flop_cap is not None or cost_cap is not None:
         options = [
-            min((p for p in path if p.flops <= flop_cap), key=lambda p: p.predicted["phi"], default=None)
+            min(
+                (p for p in path if within_cap(p, flop_cap, cost_cap)),
+                key=lambda p: p.predicted["phi"],
+                default=None,
+            )
             for path in paths
         ]
         options = sorted(
             {id(p): p for p in options if p is not None}.values(), key=lambda p: p.predicted["phi"]
         )
-        if not options:
-            choose(front, None, flop_cap)  # raises the one-line error
+        if not options:  # choose raises the one-line error
+            choose(pareto([p for path in paths for p in path]), None, flop_cap, cost_cap)
         results = [(p, run(p)) for p in options[: max(1, rounds)]]
         chosen, real = min(results, key=lambda item: item[1].ci_width["phi"])
         return chosen, real, log
+    best: PathPoint | None = None
+    realised: dict[int, tuple[PathPoint, Realisation]] = {}  # id(point) -> every simulated design
+    for replicates in sorted({p.design.replicates for path in paths for p in path}):
+        family = pareto([p for path in paths for p in path if p.design.replicates == replicates])
+        family = [p for p in family if best is None or p.cost < best.cost]
+        if not family:
+            continue
+        found = _bracket_front(family, target_ci, lambda p: run(p, target_ci), rounds)
+        for point, real in found[1]:
+            realised[id(point)] = (point, real)
+        if found[0] is not None:
+            best = found[0]
+    if best is None:
+        best = min(realised.values(), key=lambda item: item[1].ci_width["phi"])[0]
+    return best, realised[id(best)][1], log
+
+
+def _bracket_front(front: list[PathPoint], target_ci: float, run, rounds: int):
+    """``bracket_search`` on one front for the cheapest design realising ``target_ci``: (the design or None,
+    [(design, realisation)] of every design simulated)."""
+    sims: dict[int, Realisation] = {}
     # the cheapest predicted to reach the target; else the narrowest predicted (simulation may beat it)
     seed = next((i for i, p in enumerate(front) if p.predicted["phi"] <= target_ci), len(front) - 1)
 
     def passes(i: int) -> bool:
-        sims[i] = run(front[i], target_ci)
+        sims[i] = run(front[i])
         return sims[i].ci_width["phi"] <= target_ci
 
     def aim(i: int) -> int:
@@ -913,9 +1010,7 @@ def simulate_in_loop(
 
     costs = [p.cost for p in front]
     found, _ = bracket_search(len(front), seed, passes, aim, max(1, rounds), position=costs)
-    if found is None:
-        found = min(sims, key=lambda i: sims[i].ci_width["phi"])
-    return front[found], sims[found], log
+    return (None if found is None else front[found]), [(front[i], sims[i]) for i in sims]
 
 
 def agreement(predicted: float, realised: float) -> str | None:

@@ -13,6 +13,7 @@ import io
 import json
 import math
 import os
+import statistics
 import time
 from dataclasses import dataclass, field
 
@@ -278,6 +279,53 @@ class ThroughputProbe:
     def seconds(self, run: PlannedRun) -> float:
         """Estimated wall seconds of one run: training, start and final evaluation (no compile)."""
         return run.total_flops / self.rate(run.width) + self.overhead_seconds(run)
+
+
+@dataclass(frozen=True)
+class MeasuredTimes:
+    """Run times a finished sweep measured on this kind of machine, as a cost model with the probe's
+    interface: a run costs its steps × the median seconds per training step of that sweep's runs at the same
+    (width, r), plus their median overhead (wall − training time: start, evaluation, checkpoint). Unlike the
+    probe it does not move with the load at the moment it is read; it holds for the layout (workers ×
+    threads) the sweep ran with."""
+
+    step_seconds: dict[tuple[int, int], float]  # (width, r) → median s per training step
+    overhead_seconds: float
+    workers: int  # concurrent runs the estimate assumes
+    source: str
+
+    @classmethod
+    def from_table(cls, path, workers: int) -> MeasuredTimes:
+        """From a ``results.csv`` that ``loopscale collect`` wrote (finished runs with ``train_time_s``)."""
+        from loopscale.sweep.collect import read_results
+
+        per_step: dict[tuple[int, int], list[float]] = {}
+        overheads = []
+        for row in read_results(path):
+            train, wall, steps = row.get("train_time_s", math.nan), row["wall_time_s"], row["steps"]
+            if row["status"] != "ok" or not (math.isfinite(train) and math.isfinite(wall) and steps):
+                continue
+            per_step.setdefault((int(row["width"]), int(row["r"])), []).append(train / steps)
+            overheads.append(wall - train)
+        if not per_step:
+            raise UserError(f"{path}: no finished run with measured train and wall times")
+        step_seconds = {key: statistics.median(v) for key, v in per_step.items()}
+        return cls(step_seconds, statistics.median(overheads), workers, str(path))
+
+    def seconds(self, run: PlannedRun) -> float:
+        """Wall seconds of one run (its steps at the measured s/step of its width and r, plus overhead)."""
+        key = (run.width, run.r)
+        if key not in self.step_seconds:
+            have = ", ".join(f"d={w} r={r}" for w, r in sorted(self.step_seconds))
+            raise UserError(
+                f"{self.source} measured no run at width {run.width}, r = {run.r} to cost {run.name} from "
+                f"(it has {have}); restrict the candidates (--widths, --rs) or use the probe"
+            )
+        return run.steps * self.step_seconds[key] + self.overhead_seconds
+
+    def wall_shares(self, runs: list[PlannedRun]) -> list[float]:
+        """Each run's share of the sweep's wall time (seconds): its own time over ``workers``."""
+        return [self.seconds(run) / self.workers for run in runs]
 
 
 def measure_start_seconds() -> float:
