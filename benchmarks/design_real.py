@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import math
 from pathlib import Path
@@ -57,9 +58,12 @@ def main() -> int:
         raise SystemExit(f"{len(missing)} design run(s) not finished in either sweep, e.g. {missing[0]}")
     table = [rows[k][1] for k in wanted]
     args.out.mkdir(parents=True, exist_ok=True)
-    columns = list(table[0])
-    lines = [",".join(columns)] + [",".join(str(row[c]) for c in columns) for row in table]
-    atomic_write_text(args.out / "results.csv", "\n".join(lines) + "\n")
+    columns = [c for c in table[0] if all(c in row for row in table)]  # eval columns only in one sweep
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(table)
+    atomic_write_text(args.out / "results.csv", text.getvalue())
     read_results(args.out / "results.csv")  # the assembled table is a valid results table
     ref_fit = json.loads((args.reference / "fit.json").read_text())
     settings = ref_fit["settings"]
