@@ -384,12 +384,29 @@ def test_measured_times_cost_a_run_at_its_width_and_r_from_a_finished_sweep(tmp_
     shares = times.wall_shares([run1, run8])
     assert shares == pytest.approx([times.seconds(run1) / 2, times.seconds(run8) / 2])
     other = next(r for r in plan_sweep(preset("demo")) if r.width != 16)
-    missing = f"no run at width {other.width}, r = {other.r}.*d=16 r=1, d=16 r=8"
+    missing = rf"no run at width {other.width}, r = {other.r}.*widths \[16\], its r \[1, 8\]"
     with pytest.raises(UserError, match=missing):
         times.seconds(other)
     empty = _timings_table(tmp_path / "empty.csv", [(16, 1, 100, 10.0, 12.0, "failed")])
     with pytest.raises(UserError, match="no finished run with measured train and wall times"):
         MeasuredTimes.from_table(empty, workers=1)
+
+
+def test_plan_timings_estimates_from_measured_run_times(tmp_path, capsys):
+    """``plan --timings``: the estimate is the sum of the measured costs over the workers, labelled with its
+    source in the table and the JSON; no probe runs."""
+    rows = [(w, r, 100, 0.01 * w * (1 + r / 8) * 100, 0.01 * w * (1 + r / 8) * 100 + 4.0, "ok")
+            for w in (16, 32, 48) for r in (1, 8)]
+    table = _timings_table(tmp_path / "results.csv", rows)
+    args = ["plan", "--preset", "demo", "--workers", "2", "--timings", str(table)]
+    assert main([*args, "--format", "json"]) == 0
+    estimate = json.loads(capsys.readouterr().out)["estimate"]
+    runs = plan_sweep(preset("demo"))
+    expected = sum(run.steps * 0.01 * run.width * (1 + run.r / 8) + 4.0 for run in runs) / 2
+    assert estimate["seconds"] == pytest.approx(expected, abs=0.1)
+    assert estimate["workers"] == 2 and "measured run times" in estimate["note"]
+    assert main(args) == 0
+    assert f"2 worker(s) (the measured run times of {table}" in capsys.readouterr().out
 
 
 def test_a_busy_probe_says_its_estimate_is_pessimistic():

@@ -85,14 +85,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         "this machine (its throughput probe and worker layout, as `loopscale plan` prints, or --timings; "
         "not with --no-probe alone)",
     )
-    g.add_argument(
-        "--timings",
-        type=Path,
-        metavar="RESULTS_CSV",
-        help="estimate wall time from a finished sweep's measured run times instead of the probe: a run "
-        "costs its steps x the median seconds per step that sweep took at its width and r, plus the median "
-        "per-run overhead (stable from run to run; valid for the layout that sweep ran with)",
-    )
     t = p.add_argument_group(
         "target (one of; default: the reference grid's phi CI width, realised on the same seeds with "
         "--simulate, else predicted)"

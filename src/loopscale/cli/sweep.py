@@ -31,7 +31,7 @@ def _add_fit_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_estimate_args(p: argparse.ArgumentParser) -> None:
-    """``--workers`` / ``--no-probe``: the wall-time estimate of ``plan`` and ``design``."""
+    """``--workers`` / ``--no-probe`` / ``--timings``: the wall-time estimate of ``plan`` and ``design``."""
     p.add_argument(
         "--workers",
         type=int,
@@ -39,6 +39,14 @@ def add_estimate_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--no-probe", action="store_true", help="skip the throughput probe (no wall-time estimate)"
+    )
+    p.add_argument(
+        "--timings",
+        type=Path,
+        metavar="RESULTS_CSV",
+        help="estimate wall time from a finished sweep's measured run times instead of the probe: a run "
+        "costs its steps x the median seconds per step that sweep took at its width and r, plus the median "
+        "per-run overhead (stable from call to call; valid for the layout that sweep ran with)",
     )
 
 
@@ -140,7 +148,13 @@ def _load(args: argparse.Namespace):
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from loopscale.sweep.plan import default_layout, format_plan, measure_throughput, plan_sweep
+    from loopscale.sweep.plan import (
+        MeasuredTimes,
+        default_layout,
+        format_plan,
+        measure_throughput,
+        plan_sweep,
+    )
 
     spec = _load(args)
     if spec is None:
@@ -148,7 +162,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     _check_counts(args.workers, None)
     runs = plan_sweep(spec)
     workers = args.workers or default_layout(spec, runs).workers
-    probe = None if args.no_probe else measure_throughput(spec, runs, workers=workers)
+    if args.timings is not None:
+        probe = MeasuredTimes.from_table(args.timings, workers)
+    else:
+        probe = None if args.no_probe else measure_throughput(spec, runs, workers=workers)
     sys.stdout.write(format_plan(spec, runs, args.format, probe))
     return 0
 

@@ -238,8 +238,27 @@ def _interpolate(table: dict[int, float], width: int) -> float:
     raise AssertionError("unreachable: width lies between measured widths")
 
 
+class WallEstimate:
+    """A wall-time model of runs on this machine: ``seconds(run)`` of one run, ``workers`` concurrent runs.
+    Subclasses: ``ThroughputProbe`` (measured now) and ``MeasuredTimes`` (measured by a finished sweep)."""
+
+    workers: int
+
+    def seconds(self, run: PlannedRun) -> float:
+        raise NotImplementedError
+
+    def sweep_seconds(self, runs: list[PlannedRun]) -> float:
+        """Estimated wall time of ``runs`` spread over ``workers`` concurrent runs (seconds)."""
+        return sum(self.wall_shares(runs))
+
+    def wall_shares(self, runs: list[PlannedRun]) -> list[float]:
+        """Each run's share of the sweep's estimated wall time (seconds): its own time over ``workers``, the
+        packing ``sweep_seconds`` assumes (runs spread evenly over the concurrent workers)."""
+        return [self.seconds(run) / self.workers for run in runs]
+
+
 @dataclass(frozen=True)
-class ThroughputProbe:
+class ThroughputProbe(WallEstimate):
     """Throughput measured on this machine: training in accounting FLOPs per second and the final
     evaluation in validation tokens per second, per probed width, plus the start cost of one run process."""
 
@@ -257,14 +276,27 @@ class ThroughputProbe:
         """True when other work shared the cores during the probe, so its rates read low."""
         return self.load_per_core is not None and self.load_per_core > 0.5
 
-    def sweep_seconds(self, runs: list[PlannedRun]) -> float:
-        """Estimated wall time of ``runs`` spread over ``workers`` concurrent runs (seconds)."""
-        return sum(self.wall_shares(runs))
+    def summary(self) -> dict:
+        """What the estimate rests on, for the JSON plan."""
+        return {
+            "workers": self.workers,
+            "probe_flops_per_s": self.flops_per_s,
+            "device": self.device,
+            "threads": self.threads,
+            "probe_eval_tokens_per_s": self.eval_tokens_per_s,
+            "start_seconds": round(self.start_seconds, 2),
+            "load_per_core": self.load_per_core,
+            "note": "estimate from a throughput probe: training, start and final evaluation; no compile",
+        }
 
-    def wall_shares(self, runs: list[PlannedRun]) -> list[float]:
-        """Each run's share of the sweep's estimated wall time (seconds): its own time over ``workers``, the
-        packing ``sweep_seconds`` assumes (runs spread evenly over the concurrent workers)."""
-        return [self.seconds(run) / self.workers for run in runs]
+    def describe(self) -> str:
+        """The layout and what the estimate rests on, for the plan's estimate line."""
+        rates = ", ".join(f"d={w}: {f / 1e9:.1f}" for w, f in sorted(self.flops_per_s.items()))
+        return (
+            f"{self.workers} worker(s) × {self.threads} thread(s) (probe on {self.device}, GFLOP/s per run "
+            f"{rates}; includes {self.start_seconds:.1f} s start and the final evaluation per run, excludes "
+            "compile)"
+        )
 
     def rate(self, width: int) -> float:
         """Training FLOPs/s at ``width``."""
@@ -282,7 +314,7 @@ class ThroughputProbe:
 
 
 @dataclass(frozen=True)
-class MeasuredTimes:
+class MeasuredTimes(WallEstimate):
     """Run times a finished sweep measured on this kind of machine, as a cost model with the probe's
     interface: a run costs its steps × the median seconds per training step of that sweep's runs at the same
     (width, r), plus their median overhead (wall − training time: start, evaluation, checkpoint). Unlike the
@@ -316,16 +348,35 @@ class MeasuredTimes:
         """Wall seconds of one run (its steps at the measured s/step of its width and r, plus overhead)."""
         key = (run.width, run.r)
         if key not in self.step_seconds:
-            have = ", ".join(f"d={w} r={r}" for w, r in sorted(self.step_seconds))
+            widths = sorted({w for w, _ in self.step_seconds})
+            rs = sorted({r for _, r in self.step_seconds})
             raise UserError(
                 f"{self.source} measured no run at width {run.width}, r = {run.r} to cost {run.name} from "
-                f"(it has {have}); restrict the candidates (--widths, --rs) or use the probe"
+                f"(its widths {widths}, its r {rs}); drop --timings to use the probe, or give a sweep that "
+                "ran these widths and r"
             )
         return run.steps * self.step_seconds[key] + self.overhead_seconds
 
-    def wall_shares(self, runs: list[PlannedRun]) -> list[float]:
-        """Each run's share of the sweep's wall time (seconds): its own time over ``workers``."""
-        return [self.seconds(run) / self.workers for run in runs]
+    @property
+    def busy(self) -> bool:
+        """Never: measured over a whole sweep, not read at one loaded moment like the probe."""
+        return False
+
+    def summary(self) -> dict:
+        """What the estimate rests on, for the JSON plan."""
+        return {
+            "workers": self.workers,
+            "measured_step_seconds": {f"d{w}_r{r}": v for (w, r), v in sorted(self.step_seconds.items())},
+            "overhead_seconds": round(self.overhead_seconds, 2),
+            "note": f"estimate from the measured run times of {self.source}: training and overhead per run",
+        }
+
+    def describe(self) -> str:
+        """The layout and what the estimate rests on, for the plan's estimate line."""
+        return (
+            f"{self.workers} worker(s) (the measured run times of {self.source}: median s/step at each width "
+            f"and r over {len(self.step_seconds)} (width, r), plus {self.overhead_seconds:.1f} s per run)"
+        )
 
 
 def measure_start_seconds() -> float:
@@ -443,7 +494,7 @@ def measure_throughput(
 # ---------------------------------------------------------------------------------------------- formatting
 
 
-def plan_rows(runs: list[PlannedRun], probe: ThroughputProbe | None = None) -> list[dict]:
+def plan_rows(runs: list[PlannedRun], probe: WallEstimate | None = None) -> list[dict]:
     rows = []
     for run in runs:
         row = run.row()
@@ -453,8 +504,11 @@ def plan_rows(runs: list[PlannedRun], probe: ThroughputProbe | None = None) -> l
     return rows
 
 
-def format_plan(spec: SweepSpec, runs: list[PlannedRun], fmt: str, probe: ThroughputProbe | None) -> str:
-    """The plan as ``table`` (human), ``csv`` or ``json``; the wall time is labelled as an estimate."""
+def format_plan(
+    spec: SweepSpec, runs: list[PlannedRun], fmt: str, probe: WallEstimate | None
+) -> str:
+    """The plan as ``table`` (human), ``csv`` or ``json``; the wall time is labelled as an estimate, from the
+    throughput probe or a finished sweep's measured run times."""
     rows = plan_rows(runs, probe)
     if fmt == "json":
         doc = {
@@ -464,17 +518,7 @@ def format_plan(spec: SweepSpec, runs: list[PlannedRun], fmt: str, probe: Throug
             "total_flops": sum(r.total_flops for r in runs),
         }
         if probe is not None:
-            doc["estimate"] = {
-                "seconds": round(probe.sweep_seconds(runs), 1),
-                "workers": probe.workers,
-                "probe_flops_per_s": probe.flops_per_s,
-                "device": probe.device,
-                "threads": probe.threads,
-                "probe_eval_tokens_per_s": probe.eval_tokens_per_s,
-                "start_seconds": round(probe.start_seconds, 2),
-                "load_per_core": probe.load_per_core,
-                "note": "estimate from a throughput probe: training, start and final evaluation; no compile",
-            }
+            doc["estimate"] = {"seconds": round(probe.sweep_seconds(runs), 1), **probe.summary()}
         return json.dumps(doc, indent=2)
     if fmt == "csv":
         buf = io.StringIO()
@@ -511,12 +555,9 @@ def format_plan(spec: SweepSpec, runs: list[PlannedRun], fmt: str, probe: Throug
             "no wall-time estimate (probe skipped, or the narrowest model is too large to probe here)"
         )
     else:
-        rates = ", ".join(f"d={w}: {f / 1e9:.1f}" for w, f in sorted(probe.flops_per_s.items()))
         lines.append(
             f"ESTIMATE of wall time on this machine: {format_seconds(probe.sweep_seconds(runs))} with "
-            f"{probe.workers} worker(s) × {probe.threads} thread(s) (probe on {probe.device}, GFLOP/s per "
-            f"run {rates}; includes {probe.start_seconds:.1f} s start and the final evaluation per run, "
-            "excludes compile)"
+            f"{probe.describe()}"
         )
         if probe.busy:
             lines.append(
