@@ -370,7 +370,7 @@ def run_design(args: argparse.Namespace) -> int:
             "ci_phi": target_ci,
             "flop_cap": cap,
             "wall_cap_seconds": wall_cap,
-            "source": target_source if target_ci is not None else "given",
+            "source": target_source,
         },
         "cost": args.cost,
         "wall_source": _wall_source(args) if wall is not None else None,
@@ -460,18 +460,14 @@ def _wall_shares(args, reference, sweep_spec, cands, ref_cands):
     (``ThroughputProbe.wall_shares``: a run's seconds over the workers ``loopscale sweep`` would use), or
     (None, None) with --no-probe or when the narrowest model is too large to probe here. With --timings the
     seconds come from a finished sweep's measured run times (``MeasuredTimes``) instead of the probe."""
-    if args.no_probe and args.timings is None:
-        return None, None
     import numpy as np
 
-    from loopscale.sweep.plan import MeasuredTimes, default_layout, measure_throughput, plan_sweep
+    from loopscale.cli.sweep import wall_estimate
+    from loopscale.sweep.plan import default_layout, plan_sweep
 
     ref_runs = plan_sweep(reference if sweep_spec is None else sweep_spec)
     workers = args.workers or default_layout(reference, ref_runs).workers
-    if args.timings is not None:
-        probe = MeasuredTimes.from_table(args.timings, workers)
-    else:
-        probe = measure_throughput(reference, ref_cands.runs + cands.runs, workers=workers)
+    probe = wall_estimate(args, reference, ref_cands.runs + cands.runs, workers)
     if probe is None:
         return None, None
     return np.array(probe.wall_shares(cands.runs)), np.array(probe.wall_shares(ref_cands.runs))

@@ -50,6 +50,17 @@ def add_estimate_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def wall_estimate(args: argparse.Namespace, spec, runs: list, workers: int):
+    """The wall-time model ``add_estimate_args`` selects: a finished sweep's measured run times
+    (``--timings``), else the throughput probe on ``runs`` (None with ``--no-probe``, or when even the
+    narrowest model is too large to probe here)."""
+    from loopscale.sweep.plan import MeasuredTimes, measure_throughput
+
+    if args.timings is not None:
+        return MeasuredTimes.from_table(args.timings, workers)
+    return None if args.no_probe else measure_throughput(spec, runs, workers=workers)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "plan", help="list every run of a sweep: N_once, N_rec, FLOPs/token, steps, tokens, est. time"
@@ -148,13 +159,7 @@ def _load(args: argparse.Namespace):
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from loopscale.sweep.plan import (
-        MeasuredTimes,
-        default_layout,
-        format_plan,
-        measure_throughput,
-        plan_sweep,
-    )
+    from loopscale.sweep.plan import default_layout, format_plan, plan_sweep
 
     spec = _load(args)
     if spec is None:
@@ -162,11 +167,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     _check_counts(args.workers, None)
     runs = plan_sweep(spec)
     workers = args.workers or default_layout(spec, runs).workers
-    if args.timings is not None:
-        probe = MeasuredTimes.from_table(args.timings, workers)
-    else:
-        probe = None if args.no_probe else measure_throughput(spec, runs, workers=workers)
-    sys.stdout.write(format_plan(spec, runs, args.format, probe))
+    sys.stdout.write(format_plan(spec, runs, args.format, wall_estimate(args, spec, runs, workers)))
     return 0
 
 

@@ -617,7 +617,8 @@ class _Space:
         for b in self.budgets:
             if any((b, r) not in state for r in self.need) and not any(k[0] == b for k in self.fixed_cells):
                 state = {k: w for k, w in state.items() if k[0] != b}
-        for lo, hi in self.constraints.gaps(sorted(self.included(state))):
+        if gaps := self.constraints.gaps(sorted(self.included(state))):
+            lo, hi = gaps[0]
             raise UserError(
                 f"budgets {lo:.3g} and {hi:.3g} are {hi / lo:.2f}x apart and no budget between them can "
                 f"hold r = {self.need} bracketed; add budgets or widths, or raise --max-budget-ratio"
@@ -773,11 +774,14 @@ def choose(
         return min(ok, key=lambda p: (p.cost, p.predicted["phi"]))
     ok = [p for p in points if within_cap(p, flop_cap, cost_cap)]
     if not ok:
-        spent = (lambda p: p.flops) if flop_cap is not None else (lambda p: p.cost)
-        cap, unit = (flop_cap, "FLOPs") if flop_cap is not None else (cost_cap, "of the search's cost")
+        cap, unit, spent = (
+            (flop_cap, "FLOPs", [p.flops for p in points])
+            if flop_cap is not None
+            else (cost_cap, "of the search's cost", [p.cost for p in points])
+        )
         raise UserError(
             f"no design fits under {cap:.3g} {unit}; the smallest that keeps the constraints needs "
-            f"{min(spent(p) for p in points):.3g} (drop the top budget with --budgets, or raise the cap)"
+            f"{min(spent):.3g} (drop the top budget with --budgets, or raise the cap)"
         )
     return min(ok, key=lambda p: (p.predicted["phi"], p.flops))
 
@@ -883,6 +887,7 @@ def bracket_search(
     evaluated: list[int] = []
     fail, ok = -1, None  # highest failing index (-1: none failed), lowest passing (None: none passed)
     i, step = seed, 1
+    pos = np.arange(n, dtype=float) if position is None else np.asarray(position, float)
     while True:
         evaluated.append(i)
         if passes(i):
@@ -891,7 +896,6 @@ def bracket_search(
             fail = max(fail, i)
         if len(evaluated) >= max_evals or (ok is not None and ok - fail <= 1):
             break
-        pos = np.arange(n, dtype=float) if position is None else np.asarray(position, float)
         if ok is None:
             if fail >= n - 1:
                 break
@@ -942,8 +946,11 @@ def simulate_in_loop(
     design is simulated with the same seeds."""
     log: list[dict] = []
 
+    realised: dict[int, tuple[PathPoint, Realisation]] = {}  # id(point) -> every simulated design
+
     def run(point: PathPoint, target: float | None = None) -> Realisation:
         real = simulate(cands, info, prior, point.design, k, **settings)
+        realised[id(point)] = (point, real)
         log.append(
             {
                 "design": point.design.label,
@@ -977,25 +984,18 @@ def simulate_in_loop(
         chosen, real = min(results, key=lambda item: item[1].ci_width["phi"])
         return chosen, real, log
     best: PathPoint | None = None
-    realised: dict[int, tuple[PathPoint, Realisation]] = {}  # id(point) -> every simulated design
     for replicates in sorted({p.design.replicates for path in paths for p in path}):
         family = pareto([p for path in paths for p in path if p.design.replicates == replicates])
         family = [p for p in family if best is None or p.cost < best.cost]
-        if not family:
-            continue
-        found = _bracket_front(family, target_ci, lambda p: run(p, target_ci), rounds)
-        for point, real in found[1]:
-            realised[id(point)] = (point, real)
-        if found[0] is not None:
-            best = found[0]
+        if family:
+            best = _bracket_front(family, target_ci, lambda p: run(p, target_ci), rounds) or best
     if best is None:
         best = min(realised.values(), key=lambda item: item[1].ci_width["phi"])[0]
     return best, realised[id(best)][1], log
 
 
-def _bracket_front(front: list[PathPoint], target_ci: float, run, rounds: int):
-    """``bracket_search`` on one front for the cheapest design realising ``target_ci``: (the design or None,
-    [(design, realisation)] of every design simulated)."""
+def _bracket_front(front: list[PathPoint], target_ci: float, run, rounds: int) -> PathPoint | None:
+    """``bracket_search`` on one front for the cheapest design realising ``target_ci`` (None: none did)."""
     sims: dict[int, Realisation] = {}
     # the cheapest predicted to reach the target; else the narrowest predicted (simulation may beat it)
     seed = next((i for i, p in enumerate(front) if p.predicted["phi"] <= target_ci), len(front) - 1)
@@ -1010,7 +1010,7 @@ def _bracket_front(front: list[PathPoint], target_ci: float, run, rounds: int):
 
     costs = [p.cost for p in front]
     found, _ = bracket_search(len(front), seed, passes, aim, max(1, rounds), position=costs)
-    return (None if found is None else front[found]), [(front[i], sims[i]) for i in sims]
+    return None if found is None else front[found]
 
 
 def agreement(predicted: float, realised: float) -> str | None:

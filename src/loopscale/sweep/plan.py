@@ -245,7 +245,21 @@ class WallEstimate:
     workers: int
 
     def seconds(self, run: PlannedRun) -> float:
+        """Wall seconds of one run."""
         raise NotImplementedError
+
+    def summary(self) -> dict:
+        """What the estimate rests on, for the JSON plan."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """The layout and what the estimate rests on, for the plan's estimate line."""
+        raise NotImplementedError
+
+    @property
+    def busy(self) -> bool:
+        """True when the estimate reads low because other work shared the cores while it was measured."""
+        return False
 
     def sweep_seconds(self, runs: list[PlannedRun]) -> float:
         """Estimated wall time of ``runs`` spread over ``workers`` concurrent runs (seconds)."""
@@ -356,11 +370,6 @@ class MeasuredTimes(WallEstimate):
                 "ran these widths and r"
             )
         return run.steps * self.step_seconds[key] + self.overhead_seconds
-
-    @property
-    def busy(self) -> bool:
-        """Never: measured over a whole sweep, not read at one loaded moment like the probe."""
-        return False
 
     def summary(self) -> dict:
         """What the estimate rests on, for the JSON plan."""
@@ -504,9 +513,7 @@ def plan_rows(runs: list[PlannedRun], probe: WallEstimate | None = None) -> list
     return rows
 
 
-def format_plan(
-    spec: SweepSpec, runs: list[PlannedRun], fmt: str, probe: WallEstimate | None
-) -> str:
+def format_plan(spec: SweepSpec, runs: list[PlannedRun], fmt: str, probe: WallEstimate | None) -> str:
     """The plan as ``table`` (human), ``csv`` or ``json``; the wall time is labelled as an estimate, from the
     throughput probe or a finished sweep's measured run times."""
     rows = plan_rows(runs, probe)
