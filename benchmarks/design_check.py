@@ -5,7 +5,7 @@ Each design is named ``DOC.json:LABEL``: a row of that design document's ``simul
 replicates), in the candidate space the document records (``candidate_space``; ``--budgets``/``--widths``
 for documents written before it was recorded). The reference grid (every run of the preset's group, its
 seeds) and each design are simulated on the same seeds ``--seed`` … ``--seed + K − 1``
-(``fit.design.simulate``, the CLI's default settings), so a design's width can be compared seed by seed with
+(``design.simulate``, the CLI's default settings), so a design's width can be compared seed by seed with
 the reference's: the median of the per-seed ratios and the number of seeds on which the design is narrower.
 
 Two wall shares per design: the document's own probe (what the search minimised), and, with ``--measured
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from loopscale.fit import design as d
+from loopscale import design as d
 from loopscale.io import atomic_write_json
 from loopscale.sweep import preset
 from loopscale.sweep.plan import MeasuredTimes
@@ -37,7 +37,7 @@ from loopscale.sweep.plan import MeasuredTimes
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("designs", nargs="+", metavar="DOC.json:LABEL")
-    p.add_argument("--preset", default="laptop")
+    p.add_argument("--preset", default="laptop-staggered")
     p.add_argument("--prior", default="paper")
     p.add_argument("--seeds", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)

@@ -24,7 +24,7 @@ from pathlib import Path
 from loopscale.cli import main as loopscale
 from loopscale.io import atomic_write_json, atomic_write_text
 from loopscale.sweep import load_spec, plan_sweep
-from loopscale.sweep.collect import read_results
+from loopscale.sweep.results import read_results
 
 RECIPE_KEYS = ("batch_tokens", "model", "train", "seeds", "nproc")
 

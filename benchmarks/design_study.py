@@ -8,7 +8,7 @@ joint law with σ = 0.01 nats. Designs simulated:
   the Pareto front of ``greedy_path`` + ``pruning_path`` (predicted by the sandwich covariance), sampled at
   FLOP fractions ``--fractions`` of the paper grid (the narrowest predicted design under each fraction).
 
-Each design is simulated ``--seeds`` times (``fit.design.simulate``: ``fit_law`` + ``bootstrap_fit``) with
+Each design is simulated ``--seeds`` times (``design.simulate``: ``fit_law`` + ``bootstrap_fit``) with
 the settings printed in the output. Writes ``OUT/study.json`` and the figures ``OUT/pareto.png`` (realised
 φ CI width vs FLOPs) and ``OUT/calibration.png`` (realised vs predicted).
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from loopscale.fit import design as d
+from loopscale import design as d
 from loopscale.io import atomic_write_json
 from loopscale.sweep import preset
 

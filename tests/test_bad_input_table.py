@@ -247,11 +247,6 @@ CASES = [
     ("collect-random-bytes", lambda t, m: ["collect", str(sweep_folder(t, "bytes"))], "not a text file"),
     ("sweep-random-bytes", lambda t, m: ["sweep", "--out", str(sweep_folder(t, "bytes"))], "not a text file"),
     (
-        "collect-text-loss",
-        lambda t, m: ["collect", str(sweep_folder(t, "loss"))],
-        "val_loss must be a number",
-    ),
-    (
         "sweep-text-loss",
         lambda t, m: ["sweep", "--out", str(sweep_folder(t, "loss"))],
         "val_loss must be a number",

@@ -47,6 +47,11 @@ PHI_CI = (0.41, 0.53)
 BASELINE_FOUR_BUDGET_PHI = 0.453
 
 
+def paper_template() -> ModelConfig:
+    """The paper's iso-depth template (depth 20, prelude/coda 2, vocab 32,064, T = 2048)."""
+    return ModelConfig(vocab_size=VOCAB, seq_len=SEQ_LEN)
+
+
 def grid_runs(
     grid: dict[float, tuple[int, ...]],
     rs: tuple[int, ...] = RS,
@@ -59,7 +64,7 @@ def grid_runs(
     ``template`` carries everything but width and r (paper defaults: depth 20, prelude/coda 2, T 2048,
     vocab 32,001 padded to 32,064).
     """
-    template = template or ModelConfig(vocab_size=VOCAB, seq_len=SEQ_LEN)
+    template = template or paper_template()
     runs = []
     for budget, scales in grid.items():
         for s in scales:

@@ -71,3 +71,19 @@ def _write_text(tmp_path):
     folder.mkdir()
     (folder / "a.txt").write_text("some text\n")
     return folder
+
+
+def test_import_parquet_refuses_a_vocab_that_contradicts_its_tokenizer(tmp_path, tokenizer_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"tokens": [[0, 5, 7, 9], [0, 3, 2, 1]]}), rows)
+    argv = ["data", "import-parquet", "--train", str(rows), "--val", str(rows), "--out", str(tmp_path / "d"),
+            "--tokenizer", str(tokenizer_path)]
+    assert main([*argv, "--vocab", "64"]) == 2
+    err = capsys.readouterr().err
+    assert "--vocab 64 contradicts the tokenizer's 320 tokens" in err and err.count("\n") == 1
+    assert not (tmp_path / "d").exists()
+    assert main([*argv, "--vocab", "320"]) == 0  # the same size is no contradiction
+    assert PackedDataset(tmp_path / "d").vocab_size == 320

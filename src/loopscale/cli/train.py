@@ -175,15 +175,30 @@ def _die_with_torchrun() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from loopscale.errors import UserError
+
+    try:
+        return _run(args)
+    except UserError:
+        # Under torchrun every rank checks the same input and would print the same line: local rank 0 says
+        # it (one line, exit 2), the others only exit 2.
+        if int(os.environ.get("LOCAL_RANK", "0")) != 0:
+            return 2
+        raise
+
+
+def _run(args: argparse.Namespace) -> int:
     from loopscale.io import check_output
 
     _die_with_torchrun()
-    check_output(args.out, "--out", folder=True, deep=True)
-    source = _config_source(args)
-    maybe_reexec_with_tcmalloc(args.device)
-    from loopscale.train import load_train_config, train
+    check_output(args.out, "--out", folder=True, kind="run", deep=True)
+    from loopscale.train.config import load_train_config
 
-    cfg = load_train_config(source, overrides_from_args(args))
+    # the whole config is checked before the re-exec and before torch loads
+    cfg = load_train_config(_config_source(args), overrides_from_args(args))
+    maybe_reexec_with_tcmalloc(args.device)
+    from loopscale.train.loop import train
+
     try:
         result = train(cfg, args.out, resume=args.resume)
     except KeyboardInterrupt:

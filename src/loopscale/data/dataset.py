@@ -3,6 +3,7 @@
 Folder layout::
 
     DATASET/
+      .loopscale           # marker: a folder loopscale created (loopscale.io.claim_folder)
       meta.json            # written last: a folder without it is an incomplete build
       tokenizer.json       # copy of the tokenizer (absent for imported rows without one)
       train/shard_00000.npy  # [rows, T + 1] uint16 (uint32 when the vocabulary needs it)
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -27,12 +29,13 @@ from typing import Any
 import numpy as np
 
 from loopscale.errors import UserError
-from loopscale.io import atomic_write, atomic_write_json
+from loopscale.io import atomic_write, atomic_write_json, claim_folder, claimed_folder
 
 FORMAT = "loopscale-packed-v1"
 SPLITS = ("train", "val")
 ROWS_PER_SHARD = 15_000  # method §6
 DTYPES = ("auto", "uint16", "uint32")
+STAGING = ".build"  # a build in progress (dataset_build), installed over the folder's files when complete
 
 
 def row_dtype(vocab_size: int, dtype: str = "auto") -> np.dtype:
@@ -103,24 +106,38 @@ class SplitWriter:
 
 
 def start_build(folder: str | Path) -> Path:
-    """Ready ``folder`` for a new build: remove meta.json first (so it reads incomplete), then old shards."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    """Ready ``folder`` for a build in place: claim it as a loopscale dataset folder (a folder loopscale
+    did not create is refused), then remove an earlier build's files, meta.json first (so it reads
+    incomplete)."""
+    folder = claim_folder(folder, "dataset")
     _clear(folder)
     return folder
 
 
 @contextmanager
 def dataset_build(folder: str | Path) -> Iterator[Path]:
-    """``start_build``; if the build then fails, remove what it wrote (and the folder, when left empty)."""
-    out = start_build(folder)
-    try:
-        yield out
-    except BaseException:
-        _clear(out)
-        if not any(out.iterdir()):
-            out.rmdir()
-        raise
+    """Build a dataset into a staging folder inside ``folder`` (claimed as a loopscale dataset folder)
+    and install it over an earlier build only once complete (``finish_build`` wrote its meta.json).
+
+    Until then an earlier build in ``folder`` is untouched, so input found bad while building (a parquet
+    row, a tokenizer) costs nothing; a failed build removes only the staging folder, and ``folder`` when
+    this build created it."""
+    with claimed_folder(folder, "dataset") as folder:
+        staging = folder / STAGING
+        shutil.rmtree(staging, ignore_errors=True)  # left by a build that was killed
+        staging.mkdir()
+        try:
+            yield staging
+            if not (staging / "meta.json").is_file():
+                raise RuntimeError("dataset_build: the build did not call finish_build")
+            _clear(folder)
+            for name in (*SPLITS, "tokenizer.json"):
+                if (staging / name).exists():
+                    os.replace(staging / name, folder / name)
+            os.replace(staging / "meta.json", folder / "meta.json")  # last: now the folder is complete
+            staging.rmdir()
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def _clear(folder: Path) -> None:

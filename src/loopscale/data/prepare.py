@@ -43,6 +43,8 @@ from loopscale.data.dataset import (
 from loopscale.data.packing import BUFFER_DOCS, PackStats, best_fit_rows
 from loopscale.data.tokenizer import MIN_VOCAB, find_bos_id, load_tokenizer, tokenizer_file, train_bpe
 from loopscale.errors import UserError
+from loopscale.io import claim_folder, contained, shown
+from loopscale.progress import advancing, progress_bar
 
 VAL_FRACTION = 0.03
 ENCODE_BATCH_DOCS = 256
@@ -86,8 +88,11 @@ def train_corpus_tokenizer(corpus_dir: str | Path, vocab_size: int, out_path: st
                            *, val_fraction: float = VAL_FRACTION) -> Path:
     """Train the byte-level BPE tokenizer on the training documents of a corpus; returns tokenizer.json."""
     _check_fraction(val_fraction)
+    documents = corpus_meta(corpus_dir)["documents"]  # train and val: an upper bound of the train split
     texts = (d.text for d in split_documents(read_corpus(corpus_dir), "train", val_fraction))
-    train_bpe(texts, vocab_size, out_path)
+    desc = f"BPE tokenizer ({vocab_size:,} tokens)"
+    with progress_bar(documents, desc, "document", upper_bound=True) as advance:
+        train_bpe(advancing(texts, advance), vocab_size, out_path)  # reads the documents, then merges
     return Path(out_path)
 
 
@@ -131,10 +136,11 @@ def pack_corpus(
             # as the paper's pre-shuffled FineWeb-Edu shards do.
             docs = list(split_documents(read_corpus(corpus_dir), split, val_fraction))
             np.random.default_rng([seed, SPLITS.index(split)]).shuffle(docs)
-            rows = best_fit_rows(tokenize_documents(tok, docs, bos_id), row_len, bos_id=bos_id,
-                                 buffer_docs=buffer_docs, split_long=split_long, stats=stats)
             writer = SplitWriter(out, split, row_len, np_dtype, seed=seed, rows_per_shard=rows_per_shard)
-            writer.extend(rows)
+            with progress_bar(len(docs), f"packing {split} rows", "document") as advance:
+                tokens = tokenize_documents(tok, advancing(docs, advance), bos_id)
+                writer.extend(best_fit_rows(tokens, row_len, bos_id=bos_id, buffer_docs=buffer_docs,
+                                            split_long=split_long, stats=stats))
             splits[split] = {**writer.close(), **stats.as_dict()}
             if not splits[split]["rows"]:
                 raise UserError(
@@ -160,7 +166,7 @@ def pack_corpus(
                        "characters": info["characters"]},
             "splits": splits,
         })
-    return out
+    return Path(out_dir)
 
 
 def prepare(
@@ -189,7 +195,8 @@ def prepare(
         raise UserError(f"vocab size {vocab_size} is too small: byte-level BPE needs at least {MIN_VOCAB}")
     if tokenizer is not None:
         load_tokenizer(tokenizer_file(tokenizer))
-    corpus_dir = out_root / "corpus" / name
+    corpus_dir = contained(out_root / "corpus", name, "dataset name")
+    claim_folder(out_root, "data")
     try:
         corpus_meta(corpus_dir)
     except UserError:
@@ -283,6 +290,9 @@ def import_packed_parquet(
     if not train_files or not val_files:
         raise UserError("give at least one parquet file for each of the train and val splits")
     tok = load_tokenizer(tokenizer) if tokenizer is not None else None
+    if tok is not None and vocab_size is not None and vocab_size != tok.get_vocab_size():
+        raise UserError(f"--vocab {vocab_size} contradicts the tokenizer's {tok.get_vocab_size()} tokens; "
+                        "drop --vocab (the tokenizer sets it) or pass the matching tokenizer")
     if vocab_size is None:
         if tok is None:
             raise UserError("pass --tokenizer or --vocab so the token ids can be checked and stored")
@@ -332,7 +342,7 @@ def import_packed_parquet(
             "imported_from": "parquet",
             "splits": splits,
         })
-    return out
+    return Path(out_dir)
 
 
 def _parquet_row_blocks(files: Iterable[str | Path], column: str) -> Iterator[np.ndarray]:
@@ -349,7 +359,8 @@ def _parquet_row_blocks(files: Iterable[str | Path], column: str) -> Iterator[np
         except Exception as exc:  # pyarrow raises ArrowInvalid/OSError for non-parquet input
             raise UserError(f"{file}: not a readable parquet file ({exc})") from None
         if column not in pf.schema_arrow.names:
-            raise UserError(f"{file}: no {column!r} column (columns: {', '.join(pf.schema_arrow.names)})")
+            raise UserError(f"{file}: no {shown(column)!r} column (columns: "
+                            f"{shown(', '.join(pf.schema_arrow.names))})")
         for batch in pf.iter_batches(columns=[column]):
             arr = batch.column(0)
             if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
@@ -358,6 +369,25 @@ def _parquet_row_blocks(files: Iterable[str | Path], column: str) -> Iterator[np
             if len(lengths) and (lengths != lengths[0]).any():
                 raise UserError(f"{file}: rows of column {column!r} have different lengths "
                                 f"({int(lengths.min())}..{int(lengths.max())}); all rows must be T + 1 long")
-            values = np.asarray(arr.flatten(), dtype=np.int64)
             width = int(lengths[0]) if len(lengths) else 0
-            yield values.reshape(len(arr), width)
+            yield _token_ids(arr.flatten(), file, column).reshape(len(arr), width)
+
+
+def _token_ids(values, file: Path, column: str) -> np.ndarray:
+    """The int64 token ids of a flattened parquet list column; a null, a fractional or a non-numeric id is
+    a UserError (ids are never rounded or truncated)."""
+    import pyarrow as pa
+
+    if values.null_count:
+        raise UserError(f"{file}: column {column!r} holds a null token id; every id must be an integer")
+    if pa.types.is_integer(values.type):
+        return np.asarray(values, dtype=np.int64)
+    if not pa.types.is_floating(values.type):
+        raise UserError(f"{file}: column {column!r} must hold integer token ids, not {values.type}")
+    floats = np.asarray(values, dtype=np.float64)
+    bad = ~np.isfinite(floats) | (floats != np.round(floats))
+    if bad.any():
+        first = float(floats[bad][0])
+        raise UserError(f"{file}: token id {first!r} in column {column!r} is not a whole number; token ids "
+                        "are integers (nothing is rounded)")
+    return np.clip(floats, -1, 2**62).astype(np.int64)  # beyond int64: out of every vocabulary, not wrapped

@@ -27,7 +27,15 @@ from loopscale.eval.generators import (
     induction_head_examples,
     varassign_examples,
 )
-from loopscale.eval.tasks import MAX_EXAMPLES, Example, Task, TaskMeta, load_task_file, make_task
+from loopscale.eval.tasks import (
+    MAX_EXAMPLES,
+    Example,
+    Task,
+    TaskMeta,
+    load_task_file,
+    make_task,
+    missing_reasons,
+)
 
 if TYPE_CHECKING:  # continuation imports torch; the CLI imports this module to build its parser
     from loopscale.eval.continuation import TaskResult
@@ -161,8 +169,6 @@ def load_tasks(
 def _missing_reason(name: str, task_dir: Path | None) -> str:
     """Why a paper task has no data: the reason ``loopscale eval prepare`` recorded in the folder's
     MANIFEST.json, else that its file is absent."""
-    from loopscale.eval.prepare import missing_reasons
-
     if task_dir is None:
         return f"no task file {name}.jsonl (no task folder given)"
     reason = missing_reasons(task_dir).get(name)

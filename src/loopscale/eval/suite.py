@@ -1,6 +1,9 @@
 """Evaluate a checkpoint (or every finished run of a sweep) on the five axes; the eval.json document.
 
-``eval.json`` (written atomically into each run folder by ``eval-sweep``, or wherever ``--json`` says)::
+``eval.json`` (written atomically into each run folder by ``eval-sweep``, or wherever ``--json`` says;
+``checkpoint`` and ``tokenizer`` are paths relative to the eval.json's folder, ``published``, so a
+published sweep holds no absolute path of the machine; documents written before held them as given or
+absolute)::
 
     {"checkpoint": ..., "r": r_eval, "r_train": ..., "tokenizer": ...,
      "settings": {"selection": [...], "max_examples": ..., "task_dir": ..., "r_requested": ...,
@@ -48,6 +51,7 @@ from loopscale.eval.continuation import (
 )
 from loopscale.eval.tasks import FEWSHOT_SEED, SHUFFLE_SEED, Task
 from loopscale.io import atomic_write_json, remove_partial_writes
+from loopscale.published import path_from
 
 EVAL_FILE = "eval.json"
 
@@ -233,6 +237,13 @@ def evaluate_model(
         "tasks": {res.name: res.to_dict() for res in results},
         **summarize(results, missing),
     }
+
+
+def published(report: dict, folder: str | Path) -> dict:
+    """The eval.json document ``report`` as written into ``folder``: its checkpoint and tokenizer paths
+    relative to that folder."""
+    paths = {key: path_from(folder, report[key]) for key in ("checkpoint", "tokenizer") if report.get(key)}
+    return {**report, **paths}
 
 
 def format_report(report: dict) -> str:
@@ -424,7 +435,7 @@ def _evaluate_run(item: tuple[Path, dict[str, TaskResult]]) -> str:
     report = evaluate_model(loaded, job.tasks, job.missing, r=job.r, max_batch_tokens=job.max_batch_tokens,
                             settings=job.settings, reuse=earlier, encodings=_ENCODINGS)
     out = folder / EVAL_FILE
-    atomic_write_json(out, report)
+    atomic_write_json(out, published(report, folder))
     kept = sum(1 for task in job.tasks if task.name in earlier and earlier[task.name].digest == task.digest)
     return (f"{folder.name}: r={report['r']} macro loss {report['macro_loss']:.4f} nats "
             f"({len(job.tasks) - kept} task(s) scored, {kept} kept) -> {out}")

@@ -20,6 +20,10 @@ the model or on r, so every r sees identical prompts and shot counts.
 Prompt rendering (CORE convention): each shot is ``context.strip() + delimiter + gold continuation``
 followed by ``fewshot_separator`` (default a blank line); the item is ``context.strip() + delimiter`` and
 the scored continuation follows it.
+
+A task folder may hold ``MANIFEST.json`` (written by ``loopscale eval prepare``, read by task resolution):
+``{"tasks": {name: {...}}, "missing": {name: reason}, ...}``; ``read_manifest`` and ``missing_reasons``
+read it.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ TASK_TYPES = ("lm", "mc")  # continuation log-likelihood | multiple choice
 SHUFFLE_SEED = 1337
 FEWSHOT_SEED = 1234
 MAX_EXAMPLES = 10_000
+MANIFEST = "MANIFEST.json"  # a task folder's record of its files and of the paper tasks it lacks
 
 
 @dataclass
@@ -262,3 +267,18 @@ def _example(record: ExampleRecord, task_type: str, where: str) -> Example:
         gold=record.gold,
     )
 
+
+
+def read_manifest(path: str | Path) -> dict:
+    """A task folder's MANIFEST.json, or ``{"tasks": {}}`` when it is absent or unreadable."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {"tasks": {}}
+    return data if isinstance(data, dict) and isinstance(data.get("tasks"), dict) else {"tasks": {}}
+
+
+def missing_reasons(task_dir: str | Path) -> dict[str, str]:
+    """Why each paper task has no file in ``task_dir``, from its MANIFEST.json ({} without a manifest)."""
+    missing = read_manifest(Path(task_dir) / MANIFEST).get("missing")
+    return dict(missing) if isinstance(missing, dict) else {}

@@ -1,32 +1,32 @@
-"""Fitting the iso-depth law L = E + A·(N_once + r^φ·N_rec)^(−α) + B·D^(−β) (method §8). NumPy/SciPy only."""
+"""Fitting the iso-depth law L = E + A·(N_once + r^φ·N_rec)^(−α) + B·D^(−β) (method §8). NumPy/SciPy only.
 
-from loopscale.fit.analyses import compute_optimal, equivalence, loop_worth, n_eff, parabola_minima
-from loopscale.fit.bootstrap import bootstrap_fit, compare_phi
-from loopscale.fit.diagnostics import diagnose
-from loopscale.fit.fitter import LawFit, fit_law
-from loopscale.fit.plots import plot_protocol
-from loopscale.fit.profile import profile_phi
-from loopscale.fit.protocol import Protocol, run_protocol
-from loopscale.fit.table import RunTable, load_table
-from loopscale.fit.template import load_template, template_for_table
+The names below load their submodule on first use (PEP 562), so ``from loopscale.fit.table import
+load_table`` (NumPy only) stays cheap: SciPy and matplotlib load when a fit or a plot needs them.
+"""
 
-__all__ = [
-    "LawFit",
-    "Protocol",
-    "RunTable",
-    "bootstrap_fit",
-    "compare_phi",
-    "compute_optimal",
-    "diagnose",
-    "equivalence",
-    "fit_law",
-    "load_table",
-    "load_template",
-    "loop_worth",
-    "n_eff",
-    "parabola_minima",
-    "plot_protocol",
-    "profile_phi",
-    "run_protocol",
-    "template_for_table",
-]
+from loopscale.lazy import lazy_exports
+
+# public name → the submodule that defines it
+_SOURCES = {
+    "compute_optimal": "analyses",
+    "equivalence": "analyses",
+    "loop_worth": "analyses",
+    "n_eff": "analyses",
+    "parabola_minima": "analyses",
+    "bootstrap_fit": "bootstrap",
+    "compare_phi": "bootstrap",
+    "diagnose": "diagnostics",
+    "LawFit": "fitter",
+    "fit_law": "fitter",
+    "plot_protocol": "plots",
+    "profile_phi": "profile",
+    "Protocol": "protocol",
+    "run_protocol": "protocol",
+    "RunTable": "table",
+    "load_table": "table",
+    "load_template": "template",
+    "template_for_table": "template",
+}
+
+__all__ = sorted(_SOURCES)
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES)

@@ -18,8 +18,9 @@ from loopscale.accounting import block_params, count_params, flops_per_token, in
 from loopscale.config import ModelConfig
 from loopscale.config import replace as replace_config
 from loopscale.errors import UserError
-from loopscale.fit.law import LOWER, PHI, UPPER, law_loss
+from loopscale.fit.law import EXTENSIONS, LOWER, PHI, UPPER, extension_covariate, law_loss
 from loopscale.fit.table import RunTable
+from loopscale.paper import paper_template
 
 SPLITS = ("paper", "ls")
 
@@ -33,13 +34,6 @@ def loop_worth(r: int, phi: float) -> dict[str, float]:
     """r loops are worth r^φ unique blocks; ``fraction`` = r^φ / r of full equivalence."""
     worth = float(r) ** phi
     return {"r": r, "worth": worth, "fraction": worth / r}
-
-
-def paper_template() -> ModelConfig:
-    """The paper's iso-depth template (depth 20, prelude/coda 2, vocab 32,064, T = 2048)."""
-    from loopscale.paper import SEQ_LEN, VOCAB
-
-    return ModelConfig(vocab_size=VOCAB, seq_len=SEQ_LEN)
 
 
 @dataclass(frozen=True)
@@ -177,9 +171,12 @@ def compute_optimal(
     split: str = "paper",
     width_range: tuple[float, float] | None = None,
     widths_run: tuple[float, float] | None = None,
+    extension: tuple[str, float | None] | None = None,
 ) -> dict:
     """Minimise L(N_eff(d), C/F(d)) over continuous width d for every (r, C) (method §8.7, §9.6).
 
+    ``extension`` (name, covariate centre): ``coef`` is a fit of that one-parameter extension of the law
+    (``law.EXTENSIONS``, with ``ext``); the law is then evaluated with its covariate at every candidate.
     ``coef`` is a fitted law ({E, A, B, alpha, beta[, phi]}; without phi the plain law with N = unique
     parameters). Returns per r: rows {budget, width, n, n_eff, tokens, loss} at the optimum, the exponents
     a_N, a_D of N* ∝ C^a_N and D* ∝ C^a_D (least squares in log-log over the budgets), and the loss gap to
@@ -193,6 +190,13 @@ def compute_optimal(
     width_range = width_range or (float(template.head_dim), 65536.0)
     budgets = sorted(float(b) for b in budgets)
     phi = coef.get("phi")
+
+    def _covariate(once, rec, r: int, c: float) -> tuple:
+        """(extension, z) for ``law_loss`` under an extension; nothing for the paper's law."""
+        if extension is None:
+            return ()
+        return extension[0], extension_covariate(extension[0], once, rec, r, c, extension[1])
+
     frontier: dict[str, dict] = {}
     for r in sorted(set(int(v) for v in rs)):
         sizes = SizeModel.build(template, r, split)
@@ -202,18 +206,22 @@ def compute_optimal(
             def loss_at(log_d: float, c: float = c, sizes: SizeModel = sizes, r: int = r) -> float:
                 d = math.exp(log_d)
                 once, rec = sizes("n_once", d), sizes("n_rec", d)
-                return float(law_loss(coef, once, rec, r, c / sizes("flops", d)))
+                tokens = c / sizes("flops", d)
+                return float(law_loss(coef, once, rec, r, tokens, *_covariate(once, rec, r, c)))
 
             lo, hi = math.log(width_range[0]), math.log(width_range[1])
             res = minimize_scalar(loss_at, bounds=(lo, hi), method="bounded", options={"xatol": 1e-10})
             d = math.exp(res.x)
             once, rec = float(sizes("n_once", d)), float(sizes("n_rec", d))
+            phi_here = phi
+            if extension is not None and EXTENSIONS[extension[0]].target == "phi":
+                phi_here = phi + coef["ext"] * float(_covariate(once, rec, r, c)[1])
             rows.append(
                 {
                     "budget": c,
                     "width": d,
                     "n": float(sizes("n", d)),
-                    "n_eff": once + rec if phi is None else float(n_eff(once, rec, r, phi)),
+                    "n_eff": once + rec if phi is None else float(n_eff(once, rec, r, phi_here)),
                     "tokens": c / float(sizes("flops", d)),
                     "loss": float(res.fun),
                     "at_edge": bool(min(res.x - lo, hi - res.x) < 1e-3),

@@ -12,6 +12,9 @@ are redrawn. CIs are percentile intervals (2.5th–97.5th by default).
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import numpy as np
 
 from loopscale.errors import UserError
@@ -73,25 +76,48 @@ def percentile_ci(values: np.ndarray, level: float = CI_LEVEL) -> list[float]:
     return [float(lo), float(hi)]
 
 
-def refit_weighted(fit: LawFit, table: RunTable, weights: np.ndarray, restarts: int, seed: int) -> np.ndarray:
-    """Refit ``fit``'s form on each weight row [R, n] of ``table`` → θ [R, 6], warm-started at ``fit``."""
+REFIT_BATCH = 25  # resamples refitted per batch (one progress step each; the results do not depend on it)
+
+
+def refit_weighted(
+    fit: LawFit,
+    table: RunTable,
+    weights: np.ndarray | None,
+    restarts: int,
+    seed: int,
+    targets: np.ndarray | None = None,
+    advance=None,
+) -> np.ndarray:
+    """Refit ``fit``'s form (and extension) on each weight row [R, n] of ``table``, or on each table of log
+    losses ``targets`` [R, n] → θ [R, P], warm-started at ``fit``; ``advance(k)`` after each batch."""
     plain = fit.form == "chinchilla"
-    box = Box.for_form(None if fit.form == "joint" else fit.theta[PHI], plain=plain)
-    optima = fit_many(
-        design_for(table, plain),
-        box,
-        weights,
-        restarts,
-        np.random.default_rng(seed),
-        extra_starts=fit.theta,
-        polish_top=3,
-        scipy_polish=False,
-    )
-    return np.stack([o.theta for o in optima])
+    box = Box.for_form(None if fit.form != "fixed_phi" else fit.theta[PHI], plain, fit.extension)
+    design = design_for(table, plain, fit.extension, fit.ext_ref)
+    rng = np.random.default_rng(seed)
+    rows = weights if weights is not None else targets
+    thetas = []
+    # One generator across batches draws the same start points as one call over all rows would.
+    for lo in range(0, len(rows), REFIT_BATCH):
+        part = slice(lo, lo + REFIT_BATCH)
+        optima = fit_many(
+            design,
+            box,
+            None if weights is None else weights[part],
+            restarts,
+            rng,
+            extra_starts=fit.theta,
+            polish_top=3,
+            scipy_polish=False,
+            targets=None if targets is None else targets[part],
+        )
+        thetas += [o.theta for o in optima]
+        if advance is not None:
+            advance(len(optima))
+    return np.stack(thetas)
 
 
 def coefficient_table(thetas: np.ndarray, plain: bool) -> dict[str, np.ndarray]:
-    """θ rows → {E, A, B, alpha, beta[, phi], a, b, e}: one array of bootstrap values per coefficient."""
+    """θ rows → {E, A, B, alpha, beta[, phi], a, b, e[, ext]}: one array of bootstrap values each."""
     rows = [theta_to_coefficients(t) for t in thetas]
     keys = [k for k in rows[0] if not (plain and k == "phi")]
     return {k: np.array([row[k] for row in rows]) for k in keys}
@@ -104,15 +130,16 @@ def bootstrap_fit(
     restarts: int = BOOTSTRAP_RESTARTS,
     seed: int = 0,
     level: float = CI_LEVEL,
+    advance=None,
 ) -> dict:
-    """Cell block bootstrap of ``fit`` on ``table``.
+    """Cell block bootstrap of ``fit`` on ``table``; ``advance(k)``: progress callback (k refits done).
 
     Returns {"samples": {coefficient: [R] values}, "ci": {coefficient: [lo, hi]}, "resamples", "cells", ...}.
     """
     if resamples < 2:
         raise UserError(f"bootstrap needs at least 2 resamples, got {resamples}")
     weights = resample_weights(table, resamples, seed, joint=fit.form == "joint")
-    thetas = refit_weighted(fit, table, weights, restarts, seed + 1)
+    thetas = refit_weighted(fit, table, weights, restarts, seed + 1, advance=advance)
     samples = coefficient_table(thetas, fit.form == "chinchilla")
     return {
         "resamples": resamples,
@@ -148,8 +175,14 @@ def compare_phi(
     bootstrap_restarts: int = BOOTSTRAP_RESTARTS,
     seed: int = 0,
     level: float = CI_LEVEL,
+    law_check=None,
+    advance=None,
 ) -> dict:
     """Δφ = φ(variant) − φ(base) with a paired cell bootstrap (method §8.5 case studies).
+
+    ``law_check(table, fit) -> dict``: a check of the law on each restricted table and its fit (the CLI
+    passes ``fit.lawcheck.check_law``) → ``law_check`` {"base": …, "variant": …}; a Δφ between fits whose
+    law is rejected compares two numbers that are not measurements. ``advance(k)``: progress callback.
 
     Both tables are restricted to the (budget, r) cells they share (the paper refits the baseline on the
     case study's four budgets). Each resample draws one multiset of shared cells and refits both tables on
@@ -179,10 +212,15 @@ def compare_phi(
     phis = {}
     for name, t in (("base", base), ("variant", variant)):
         weights = cell_weights(_cell_key_rows(t, shared), draws)
-        phis[name] = refit_weighted(fits[name], t, weights, bootstrap_restarts, seed + 1)[:, PHI]
+        phis[name] = refit_weighted(fits[name], t, weights, bootstrap_restarts, seed + 1, advance=advance)[
+            :, PHI
+        ]
     delta = phis["variant"] - phis["base"]
-
+    checks = None
+    if law_check is not None:
+        checks = {name: law_check(t, fits[name]) for name, t in (("base", base), ("variant", variant))}
     return {
+        "law_check": checks,
         "cells": len(shared),
         "budgets": sorted({k[0] for k in shared}),
         "shared_r1_runs": len(_r1_runs(base) & _r1_runs(variant)),
@@ -198,4 +236,140 @@ def compare_phi(
         "resamples": resamples,
         "restarts_per_refit": bootstrap_restarts,
         "level": level,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The random-effects parametric bootstrap: the interval ``ci.phi`` reports (issue 19, docs/fitting.md).
+#
+# The cell bootstrap resamples (budget, r) cells. It cannot see an error that every cell of one r shares
+# across budgets (one per (r, width): a width at which one loop count trains better than the law says), and
+# under such an error it under-covers (15/20 in simulation). This bootstrap models the residuals of the fit
+# as crossed random effects, estimates their variances by REML, simulates tables from the fitted law plus
+# errors of that structure, and refits each one.
+
+
+def _group_index(keys: list[tuple]) -> np.ndarray:
+    """Indicator matrix [n, G] of the distinct ``keys`` (one column per group)."""
+    levels = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+    z = np.zeros((len(keys), len(levels)))
+    z[np.arange(len(keys)), [levels[k] for k in keys]] = 1.0
+    return z
+
+
+def run_widths(table: RunTable) -> np.ndarray:
+    """Each run's width, or where the table has none the non-looped twin's size N_once + r·N_rec, which
+    labels the width just as well (it is the same for every r at one width of an iso-depth grid)."""
+    if np.all(np.isfinite(table.width)):
+        return table.width
+    return np.round(table.n_once + table.r * table.n_rec)
+
+
+def effect_groups(table: RunTable) -> dict[str, np.ndarray]:
+    """Indicator matrices of the error groups the random-effects model allows for.
+
+    "r_width": runs of one loop count and one width (across budgets; the width is the non-looped twin's
+    size N_once + r·N_rec where the table has no width column); "cell": runs of one (budget, r) cell.
+    """
+    width = run_widths(table)
+    groups = {"r_width": _group_index([(int(r), float(w)) for r, w in zip(table.r, width)])}
+    if table.has_budget:
+        groups["cell"] = _group_index([(float(b), int(r)) for b, r in zip(table.budget, table.r)])
+    return groups
+
+
+def law_jacobian(fit: LawFit, table: RunTable) -> np.ndarray:
+    """∂ log L̂ / ∂θ at the fit for its free parameters [n, p] (central differences of ``LawFit.predict``)."""
+    cols = []
+    for i in np.flatnonzero(fit.free):
+        step = 1e-6 * max(1.0, abs(fit.theta[i]))
+        hi, lo = fit.theta.copy(), fit.theta.copy()
+        hi[i] += step
+        lo[i] -= step
+        up = np.log(dataclasses.replace(fit, theta=hi).predict_table(table))
+        down = np.log(dataclasses.replace(fit, theta=lo).predict_table(table))
+        cols.append((up - down) / (2 * step))
+    return np.column_stack(cols)
+
+
+def variance_components(resid: np.ndarray, groups: dict[str, np.ndarray], jacobian: np.ndarray) -> dict:
+    """REML estimates of the error variances: one random effect per group of ``groups`` plus an iid term.
+
+    ``resid`` [n] are log-loss residuals of a fit whose linearisation is ``jacobian`` [n, p]; REML takes the
+    p fitted directions out of the likelihood (only the column space of the Jacobian matters). Returns
+    {name: variance} in squared log-loss units, "iid" included.
+    """
+    from scipy.linalg import cho_factor, cho_solve
+    from scipy.optimize import minimize as scipy_minimize
+
+    n = len(resid)
+    basis, _ = np.linalg.qr(jacobian)
+    names = [*groups, "iid"]
+    kernels = [z @ z.T for z in groups.values()] + [np.eye(n)]
+    scale = max(float(np.mean(resid**2)), 1e-30)
+
+    def neg_reml(log_var: np.ndarray) -> float:
+        cov = sum(math.exp(v) * scale * k for v, k in zip(log_var, kernels))
+        try:
+            factor = cho_factor(cov, lower=True)
+        except np.linalg.LinAlgError:
+            return math.inf
+        si_x, si_e = cho_solve(factor, basis), cho_solve(factor, resid)
+        xsx = basis.T @ si_x
+        xse = basis.T @ si_e
+        sign, logdet_xsx = np.linalg.slogdet(xsx)
+        if sign <= 0:
+            return math.inf
+        quad = resid @ si_e - xse @ np.linalg.solve(xsx, xse)
+        return 0.5 * (2 * np.log(np.diag(factor[0])).sum() + logdet_xsx + quad)
+
+    floor = math.log(1e-8)
+    start = np.full(len(names), math.log(1.0 / len(names)))
+    best = scipy_minimize(neg_reml, start, method="L-BFGS-B", bounds=[(floor, math.log(10.0))] * len(names))
+    variances = np.exp(best.x) * scale
+    variances[best.x <= floor + 1e-6] = 0.0  # a component at the floor is absent
+    return {name: float(v) for name, v in zip(names, variances)}
+
+
+def random_effects_bootstrap(
+    fit: LawFit,
+    table: RunTable,
+    resamples: int = 200,
+    restarts: int = BOOTSTRAP_RESTARTS,
+    seed: int = 0,
+    level: float = CI_LEVEL,
+    advance=None,
+) -> dict:
+    """Parametric bootstrap of ``fit`` under crossed random effects estimated from its own residuals.
+
+    The log-loss residuals are split by REML into a shared effect per (r, width), one per (budget, r) cell
+    and an iid term (``variance_components``); each resample is the fitted law plus fresh effects of those
+    variances, refitted from the fit (warm start) plus ``restarts`` random starts. Returns {"method",
+    "components" (standard deviations in log loss), "resamples", "level", "samples", "ci"} like
+    ``bootstrap_fit`` (samples and CIs of every coefficient).
+    """
+    if resamples < 2:
+        raise UserError(f"bootstrap needs at least 2 resamples, got {resamples}")
+    plain = fit.form == "chinchilla"
+    log_pred = np.log(fit.predict_table(table))
+    resid = np.log(table.loss) - log_pred
+    groups = effect_groups(table)
+    components = variance_components(resid, groups, law_jacobian(fit, table))
+    rng = np.random.default_rng(seed)
+    sims = np.tile(log_pred, (resamples, 1))
+    for name, z in groups.items():
+        sims += rng.normal(0.0, math.sqrt(components[name]), (resamples, z.shape[1])) @ z.T
+    sims += rng.normal(0.0, math.sqrt(components["iid"]), sims.shape)
+    thetas = refit_weighted(fit, table, None, restarts, seed + 1, targets=sims, advance=advance)
+    samples = coefficient_table(thetas, plain)
+    return {
+        "method": "random-effects parametric bootstrap: REML variance components of the log-loss residuals "
+        "((r, width) effect shared across budgets, (budget, r) cell effect, iid), tables simulated from "
+        "the fit plus such errors and refitted; percentile interval",
+        "components": {name: math.sqrt(v) for name, v in components.items()},
+        "resamples": resamples,
+        "restarts_per_refit": restarts,
+        "level": level,
+        "samples": samples,
+        "ci": {k: percentile_ci(v, level) for k, v in samples.items()},
     }

@@ -35,7 +35,7 @@ def bootstrap_bound_share(bootstrap: dict, free: np.ndarray) -> dict[str, float]
     samples = bootstrap["samples"]
     n = len(samples["e"])
     thetas = np.column_stack([np.asarray(samples.get(k, np.zeros(n)), dtype=float) for k in PARAMS])
-    hits = at_bound(thetas, free)
+    hits = at_bound(thetas, free[: len(PARAMS)])  # the law's six (an extension's ext is not listed)
     return {label: float(hits[:, i].mean()) for i, label in enumerate(PARAM_LABELS) if free[i]}
 
 

@@ -32,12 +32,15 @@ from threadpoolctl import threadpool_limits
 
 from loopscale.errors import UserError
 from loopscale.fit.law import (
+    EXTENSIONS,
     LOWER,
-    PARAMS,
     PHI,
     UPPER,
     Design,
     bound_names,
+    extension_bounds,
+    extension_covariate,
+    extension_reference,
     law_loss,
     objective_and_gradient,
     theta_to_coefficients,
@@ -51,6 +54,7 @@ POLISH_GTOL = 1e-12
 POLISH_MAX_ITER = 10_000  # method §8.3: at most 10,000 iterations per restart
 PRUNE_REL = 1e-3  # second stage: drop a candidate this far (relative) above the best of its fit
 CHUNK_ELEMENTS = 2_000_000  # starts × runs evaluated per NumPy pass (bounds memory to a few hundred MB)
+
 
 @contextlib.contextmanager
 def single_blas_thread() -> Iterator[None]:
@@ -66,35 +70,51 @@ def single_blas_thread() -> Iterator[None]:
 
 @dataclass(frozen=True)
 class Box:
-    """Which of the six parameters are free; fixed ones sit at ``fixed_values``."""
+    """Which parameters are free; fixed ones sit at ``fixed_values``; the box is [lower, upper].
 
-    free: np.ndarray  # bool [6]
-    fixed_values: np.ndarray  # [6], used where ~free
+    Six parameters for the paper's law, seven for a one-parameter extension (``law.EXTENSIONS``).
+    """
+
+    free: np.ndarray  # bool [P]
+    fixed_values: np.ndarray  # [P], used where ~free
+    lower: np.ndarray = dataclasses.field(default_factory=LOWER.copy)
+    upper: np.ndarray = dataclasses.field(default_factory=UPPER.copy)
 
     @classmethod
-    def for_form(cls, fix_phi: float | None, plain: bool = False) -> Box:
-        free = np.ones(len(PARAMS), dtype=bool)
-        values = np.zeros(len(PARAMS))
+    def for_form(cls, fix_phi: float | None, plain: bool = False, extension: str | None = None) -> Box:
+        lower, upper = extension_bounds(extension)
+        free = np.ones(len(lower), dtype=bool)
+        values = np.zeros(len(lower))
         if plain or fix_phi is not None:
             free[PHI] = False
             values[PHI] = 0.0 if fix_phi is None else fix_phi
-        return cls(free=free, fixed_values=values)
+        return cls(free=free, fixed_values=values, lower=lower, upper=upper)
+
+    def fixing(self, index: int, value: float) -> Box:
+        """The same box with parameter ``index`` held at ``value``."""
+        free, values = self.free.copy(), self.fixed_values.copy()
+        free[index], values[index] = False, value
+        return dataclasses.replace(self, free=free, fixed_values=values)
 
     def starts(self, rng: np.random.Generator, count: int) -> np.ndarray:
-        """``count`` start points uniform in the box (fixed parameters at their values) → [count, 6]."""
-        x = LOWER + (UPPER - LOWER) * rng.random((count, len(PARAMS)))
+        """``count`` start points uniform in the box (fixed parameters at their values) → [count, P]."""
+        x = self.lower + (self.upper - self.lower) * rng.random((count, len(self.lower)))
         x[:, ~self.free] = self.fixed_values[~self.free]
         return x
 
 
-def held_fixed(x: np.ndarray, grad: np.ndarray, free: np.ndarray) -> np.ndarray:
+def held_fixed(
+    x: np.ndarray, grad: np.ndarray, free: np.ndarray, lower: np.ndarray = LOWER, upper: np.ndarray = UPPER
+) -> np.ndarray:
     """Parameters that cannot move: fixed ones and those at a bound with an outward descent direction."""
-    return ~free | ((x <= LOWER) & (grad > 0)) | ((x >= UPPER) & (grad < 0))
+    return ~free | ((x <= lower) & (grad > 0)) | ((x >= upper) & (grad < 0))
 
 
-def projected_gradient(x: np.ndarray, grad: np.ndarray, free: np.ndarray) -> np.ndarray:
+def projected_gradient(
+    x: np.ndarray, grad: np.ndarray, free: np.ndarray, lower: np.ndarray = LOWER, upper: np.ndarray = UPPER
+) -> np.ndarray:
     """Gradient with the parameters ``held_fixed`` set to 0."""
-    return np.where(held_fixed(x, grad, free), 0.0, grad)
+    return np.where(held_fixed(x, grad, free, lower, upper), 0.0, grad)
 
 
 def _weights_for(weights: np.ndarray | None, rows: np.ndarray) -> np.ndarray | None:
@@ -113,10 +133,14 @@ def minimise_batch(
     f_scale: float = 0.0,
     gtol: float = 0.0,
     groups: np.ndarray | None = None,
+    lower: np.ndarray = LOWER,
+    upper: np.ndarray = UPPER,
+    targets: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Run projected BFGS from every row of ``x0`` [K, 6] at once → (end points [K, 6], objectives [K]).
+    """Run projected BFGS from every row of ``x0`` [K, P] at once → (end points [K, P], objectives [K]).
 
-    ``weights``: None, [n] shared, or [K, n] per start (bootstrap resamples). A start stops when its decrease
+    ``weights``: None, [n] shared, or [K, n] per start (bootstrap resamples); ``targets``: None or [K, n]
+    log losses per start (simulated tables); [lower, upper]: the box. A start stops when its decrease
     is ≤ ``ftol``·max(|f|, ``f_scale``) on two consecutive steps (f_scale = 1 is L-BFGS-B's rule), the ∞-norm
     of its projected gradient is ≤ ``gtol``, its line search finds no strict decrease, or after ``max_iter``
     steps. With ``groups`` [K] (which fit each start belongs to), a start is also dropped once its objective
@@ -124,7 +148,9 @@ def minimise_batch(
     """
     x = x0.copy()
     k, p = x.shape
-    f, g = objective_and_gradient(x, design, _weights_for(weights, np.arange(k)))
+    f, g = objective_and_gradient(
+        x, design, _weights_for(weights, np.arange(k)), _weights_for(targets, np.arange(k))
+    )
     eye = np.eye(p)
     inv_hess = np.broadcast_to(eye, (k, p, p)).copy()
     fresh = np.ones(k, dtype=bool)  # inverse Hessian is still the identity
@@ -134,7 +160,7 @@ def minimise_batch(
         if active.size == 0:
             break
         xa, fa, ga = x[active], f[active], g[active]
-        keep = ~held_fixed(xa, ga, free)
+        keep = ~held_fixed(xa, ga, free, lower, upper)
         pg = np.where(keep, ga, 0.0)
         h = inv_hess[active] * keep[:, :, None] * keep[:, None, :]
         d = -np.einsum("kij,kj->ki", h, ga)
@@ -153,8 +179,10 @@ def minimise_batch(
         accepted = np.zeros(active.size, dtype=bool)
         pending = np.arange(active.size)
         for _ls in range(40):
-            cand = np.clip(xa[pending] + step[pending, None] * d[pending], LOWER, UPPER)
-            fc, gc = objective_and_gradient(cand, design, _weights_for(weights, active[pending]))
+            cand = np.clip(xa[pending] + step[pending, None] * d[pending], lower, upper)
+            fc, gc = objective_and_gradient(
+                cand, design, _weights_for(weights, active[pending]), _weights_for(targets, active[pending])
+            )
             decrease = (ga[pending] * (cand - xa[pending])).sum(axis=1)
             ok = (fc <= fa[pending] + 1e-4 * decrease) & (fc < fa[pending])
             took = pending[ok]
@@ -183,7 +211,7 @@ def minimise_batch(
         small = (fa - f_new) <= ftol * np.maximum(np.abs(f_new), f_scale)
         small_steps[active] = np.where(small, small_steps[active] + 1, 0)
         x[active], f[active], g[active] = x_new, f_new, g_new
-        converged = np.abs(projected_gradient(x_new, g_new, free)).max(axis=1) <= gtol
+        converged = np.abs(projected_gradient(x_new, g_new, free, lower, upper)).max(axis=1) <= gtol
         done = ~accepted | (small_steps[active] >= 2) | converged
         if groups is not None:
             group_best = np.full(groups.max() + 1, np.inf)
@@ -198,31 +226,35 @@ def polish(
     x0: np.ndarray,
     free: np.ndarray,
     weights: np.ndarray | None = None,
+    lower: np.ndarray = LOWER,
+    upper: np.ndarray = UPPER,
+    target: np.ndarray | None = None,
 ) -> tuple[np.ndarray, float]:
-    """Refine one point with SciPy L-BFGS-B at ftol = 1e-15, gtol = 1e-12 → (θ [6], objective)."""
+    """Refine one point with SciPy L-BFGS-B at ftol = 1e-15, gtol = 1e-12 → (θ [P], objective)."""
     base = x0.copy()
     w = None if weights is None else weights[None, :]
+    t = None if target is None else target[None, :]
 
     def fun(z: np.ndarray) -> tuple[float, np.ndarray]:
         base[free] = z
-        f, g = objective_and_gradient(base[None, :], design, w)
+        f, g = objective_and_gradient(base[None, :], design, w, t)
         return float(f[0]), g[0, free]
 
     with single_blas_thread():
-        res = _lbfgsb(fun, x0[free], free)
+        res = _lbfgsb(fun, x0[free], lower[free], upper[free])
     theta = x0.copy()
     theta[free] = res.x
-    f, _ = objective_and_gradient(theta[None, :], design, w)
+    f, _ = objective_and_gradient(theta[None, :], design, w, t)
     return theta, float(f[0])
 
 
-def _lbfgsb(fun, z0: np.ndarray, free: np.ndarray):
+def _lbfgsb(fun, z0: np.ndarray, lower: np.ndarray, upper: np.ndarray):
     return minimize(
         fun,
         z0,
         jac=True,
         method="L-BFGS-B",
-        bounds=list(zip(LOWER[free], UPPER[free])),
+        bounds=list(zip(lower, upper)),
         options={
             "ftol": POLISH_FTOL,
             "gtol": POLISH_GTOL,
@@ -251,8 +283,12 @@ def fit_many(
     extra_starts: np.ndarray | None = None,
     polish_top: int = 3,
     scipy_polish: bool = True,
+    targets: np.ndarray | None = None,
 ) -> list[Optimum]:
     """Fit one weight vector per row of ``weights`` [R, n] (None: one unweighted fit) → R optima.
+
+    ``targets`` [R, n]: one table of log losses per fit (simulated tables on the same runs) instead of
+    the design's own; with ``weights`` None each of them is fitted unweighted.
 
     Each fit starts from ``restarts`` fresh uniform start points plus ``extra_starts`` [m, 6] (e.g. the
     full-data optimum as a warm start for bootstrap refits). Stage 1 descends from all of them in batches;
@@ -261,13 +297,19 @@ def fit_many(
     ftol = 1e-15, gtol = 1e-12, keeping whichever is lower.
     """
     with single_blas_thread():
-        return _fit_many(design, box, weights, restarts, rng, extra_starts, polish_top, scipy_polish)
+        return _fit_many(design, box, weights, restarts, rng, extra_starts, polish_top, scipy_polish, targets)
 
 
-def _fit_many(design, box, weights, restarts, rng, extra_starts, polish_top, scipy_polish) -> list[Optimum]:
-    w_rows = np.ones((1, len(design))) if weights is None else np.atleast_2d(np.asarray(weights, float))
+def _fit_many(
+    design, box, weights, restarts, rng, extra_starts, polish_top, scipy_polish, targets
+) -> list[Optimum]:
+    n_targets = 1 if targets is None else len(targets)
+    w_rows = (
+        np.ones((n_targets, len(design))) if weights is None else np.atleast_2d(np.asarray(weights, float))
+    )
+    t_rows = None if targets is None else np.atleast_2d(np.asarray(targets, float))
     n_fits = w_rows.shape[0]
-    extra = np.empty((0, len(PARAMS))) if extra_starts is None else np.atleast_2d(extra_starts)
+    extra = np.empty((0, len(box.lower))) if extra_starts is None else np.atleast_2d(extra_starts)
     per_fit = restarts + len(extra)
     if restarts < 0 or per_fit < 1:
         raise UserError(f"a fit needs at least one start point (restarts = {restarts})")
@@ -276,7 +318,18 @@ def _fit_many(design, box, weights, restarts, rng, extra_starts, polish_top, sci
     for lo in range(0, n_fits, fits_per_chunk):
         chunk = w_rows[lo : lo + fits_per_chunk]
         starts = np.concatenate([np.concatenate([box.starts(rng, restarts), extra]) for _ in chunk])
-        ends, values = minimise_batch(design, starts, box.free, np.repeat(chunk, per_fit, axis=0))
+        chunk_targets = None
+        if t_rows is not None:
+            chunk_targets = np.repeat(t_rows[lo : lo + fits_per_chunk], per_fit, axis=0)
+        ends, values = minimise_batch(
+            design,
+            starts,
+            box.free,
+            np.repeat(chunk, per_fit, axis=0),
+            lower=box.lower,
+            upper=box.upper,
+            targets=chunk_targets,
+        )
         for i in range(len(chunk)):
             sl = slice(i * per_fit, (i + 1) * per_fit)
             first_values.append(values[sl])
@@ -294,18 +347,24 @@ def _fit_many(design, box, weights, restarts, rng, extra_starts, polish_top, sci
         f_scale=1.0,
         gtol=POLISH_GTOL,
         groups=owner,
+        lower=box.lower,
+        upper=box.upper,
+        targets=None if t_rows is None else t_rows[owner],
     )
     results = []
     for fit in range(n_fits):
         mine = np.flatnonzero(owner == fit)
         best = mine[np.argmin(pf[mine])]
         theta, objective = px[best], float(pf[best])
+        target = None if t_rows is None else t_rows[fit]
         if scipy_polish:
-            s_theta, s_objective = polish(design, theta, box.free, w_rows[fit])
+            s_theta, s_objective = polish(design, theta, box.free, w_rows[fit], box.lower, box.upper, target)
             if s_objective <= objective:
                 theta, objective = s_theta, s_objective
-        _, g = objective_and_gradient(theta[None, :], design, w_rows[fit][None, :])
-        grad_norm = float(np.abs(projected_gradient(theta, g[0], box.free)).max())
+        _, g = objective_and_gradient(
+            theta[None, :], design, w_rows[fit][None, :], None if target is None else target[None, :]
+        )
+        grad_norm = float(np.abs(projected_gradient(theta, g[0], box.free, box.lower, box.upper)).max())
         at_opt = int((first_values[fit] <= objective * (1 + 1e-6) + 1e-12).sum())
         results.append(
             Optimum(theta=theta, objective=objective, grad_norm=grad_norm, starts_at_optimum=at_opt)
@@ -332,29 +391,36 @@ class LawFit:
     """One fitted law: coefficients, the objective it reached and how well it fits (losses in nats)."""
 
     form: str  # "joint" (φ free), "fixed_phi" or "chinchilla" (plain law, N = N_once + N_rec)
-    theta: np.ndarray  # (a, b, e, alpha, beta, phi); phi is meaningless for "chinchilla"
+    theta: np.ndarray  # (a, b, e, alpha, beta, phi[, ext]); phi is meaningless for "chinchilla"
     objective: float  # summed Huber loss (δ = 1e-3) of log-loss residuals
     grad_norm: float  # ∞-norm of the projected gradient at the optimum
     r2: float  # on raw losses in nats
     n_runs: int
     restarts: int
     starts_at_optimum: int
+    extension: str | None = None  # a one-parameter extension of the law (law.EXTENSIONS); None: the paper's
+    ext_ref: float | None = None  # centre of the extension's covariate (log10 C_ref or log10 N_ref)
+
+    @property
+    def law_form(self) -> str:
+        """The law's form as ``--form`` names it: "paper" or the extension's name."""
+        return self.extension or "paper"
 
     @property
     def free(self) -> np.ndarray:
-        """Which of the six parameters this form fitted (φ only for the joint form)."""
-        free = np.ones(len(PARAMS), dtype=bool)
+        """Which parameters this form fitted (φ only for the joint form; ext for an extension)."""
+        free = np.ones(len(self.theta), dtype=bool)
         free[PHI] = self.form == "joint"
         return free
 
     @property
     def at_bound(self) -> list[str]:
         """Fitted parameters within 1e-6 of their box edge ("E" means e = log E at −3 or 2, etc.)."""
-        return bound_names(self.theta, self.free)
+        return bound_names(self.theta, self.free, self.extension)
 
     @property
     def coefficients(self) -> dict[str, float]:
-        """{E, A, B, alpha, beta[, phi], a, b, e}; phi only for the joint forms."""
+        """{E, A, B, alpha, beta[, phi], a, b, e[, ext]}; phi only for the joint forms."""
         coef = theta_to_coefficients(self.theta)
         if self.form == "chinchilla":
             del coef["phi"]
@@ -385,16 +451,29 @@ class LawFit:
         """φ, or None for the plain Chinchilla law."""
         return None if self.form == "chinchilla" else float(self.theta[PHI])
 
-    def predict(self, n_once, n_rec, r, tokens) -> np.ndarray:
-        """Predicted loss in nats for runs with these sizes (parameters), loop counts and tokens."""
-        return law_loss(self.coefficients, n_once, n_rec, r, tokens)
+    def predict(self, n_once, n_rec, r, tokens, budget=None) -> np.ndarray:
+        """Predicted loss in nats for runs with these sizes (parameters), loop counts and tokens (and
+        training FLOPs ``budget``, which the phi-trend-c extension needs)."""
+        z = None
+        if self.extension is not None:
+            z = extension_covariate(self.extension, n_once, n_rec, r, budget, self.ext_ref)
+        return law_loss(self.coefficients, n_once, n_rec, r, tokens, self.extension, z)
 
     def predict_table(self, table: RunTable) -> np.ndarray:
-        return self.predict(table.n_once, table.n_rec, table.r, table.tokens)
+        return self.predict(table.n_once, table.n_rec, table.r, table.tokens, table.budget)
 
     def to_dict(self) -> dict[str, Any]:
+        extension = {}
+        if self.extension is not None:
+            extension = {
+                "extension": self.extension,
+                "ext_label": EXTENSIONS[self.extension].label,
+                "ext_ref": self.ext_ref,
+            }
         return {
             "form": self.form,
+            "law_form": self.law_form,
+            **extension,
             **self.coefficients,
             "objective": self.objective,
             "grad_norm": self.grad_norm,
@@ -406,11 +485,18 @@ class LawFit:
         }
 
 
-def design_for(table: RunTable, plain: bool) -> Design:
-    """The objective's view of ``table``; ``plain`` folds N_rec into N (Chinchilla law, r ignored)."""
+def design_for(
+    table: RunTable, plain: bool, extension: str | None = None, ext_ref: float | None = None
+) -> Design:
+    """The objective's view of ``table``; ``plain`` folds N_rec into N (Chinchilla law, r ignored);
+    ``extension`` adds its covariate (centred at ``ext_ref``, see ``law.extension_reference``)."""
     if plain:
         return Design.build(table.n, np.zeros(len(table)), np.ones(len(table)), table.tokens, table.loss)
-    return Design.build(table.n_once, table.n_rec, table.r, table.tokens, table.loss)
+    design = Design.build(table.n_once, table.n_rec, table.r, table.tokens, table.loss)
+    if extension is None:
+        return design
+    z = extension_covariate(extension, table.n_once, table.n_rec, table.r, table.budget, ext_ref)
+    return dataclasses.replace(design, ext_z=z, ext_target=EXTENSIONS[extension].target)
 
 
 def check_identifiable(table: RunTable, form: str, fix_phi: float | None) -> None:
@@ -461,11 +547,22 @@ def fit_law(
     fix_phi: float | None = None,
     restarts: int = 500,
     seed: int = 0,
+    extension: str | None = None,
+    ext_ref: float | None = None,
+    warm: LawFit | None = None,
 ) -> LawFit:
     """Fit the joint law (φ free, or fixed at ``fix_phi``) or the plain law (``form="chinchilla"``).
 
     Best of ``restarts`` seeded uniform start points in the box of method §8.3, polished to tight tolerances.
+    ``extension``: one of ``law.EXTENSIONS`` (joint law only), its covariate centred at ``ext_ref`` (default:
+    the table's centre); ``warm``: a fit of the same table whose θ (ext = 0 appended) is one more start.
     """
+    if extension is not None and extension not in EXTENSIONS:
+        raise UserError(f"unknown law form {extension!r}; use one of: paper, {', '.join(EXTENSIONS)}")
+    if extension is not None and form != "joint":
+        raise UserError(f"the {extension} form extends the joint law; it has no plain-law version")
+    if extension == "phi-trend-c" and not table.has_budget:
+        raise UserError("the phi-trend-c form needs a 'budget' column (training FLOPs per run)")
     if form not in ("joint", "chinchilla"):
         raise UserError(f"unknown law {form!r}; use 'joint' or 'chinchilla'")
     if restarts < 1:
@@ -476,8 +573,16 @@ def fit_law(
         raise UserError(f"fixed phi must lie in [{LOWER[PHI]:g}, {UPPER[PHI]:g}], got {fix_phi}")
     check_identifiable(table, form, fix_phi)
     plain = form == "chinchilla"
-    box = Box.for_form(fix_phi, plain=plain)
-    opt = fit_many(design_for(table, plain), box, None, restarts, np.random.default_rng(seed))[0]
+    if extension is not None and ext_ref is None:
+        ext_ref = extension_reference(extension, table.n_once, table.n_rec, table.r, table.budget)
+    box = Box.for_form(fix_phi, plain=plain, extension=extension)
+    extra = None
+    if warm is not None:
+        extra = np.zeros(len(box.lower))
+        extra[: len(warm.theta)] = warm.theta[: len(box.lower)]
+        extra[~box.free] = box.fixed_values[~box.free]
+    design = design_for(table, plain, extension, ext_ref)
+    opt = fit_many(design, box, None, restarts, np.random.default_rng(seed), extra_starts=extra)[0]
     name = "chinchilla" if plain else ("joint" if fix_phi is None else "fixed_phi")
     law_fit = LawFit(
         form=name,
@@ -488,5 +593,7 @@ def fit_law(
         n_runs=len(table),
         restarts=restarts,
         starts_at_optimum=opt.starts_at_optimum,
+        extension=extension,
+        ext_ref=ext_ref,
     )
     return dataclasses.replace(law_fit, r2=r_squared(table.loss, law_fit.predict_table(table)))

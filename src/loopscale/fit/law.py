@@ -2,7 +2,9 @@
 
     L̂ = E + A·N_eff^(−α) + B·D^(−β),   N_eff = N_once + r^φ·N_rec     (losses in nats, D in tokens)
 
-Parameters live in log space as θ = (a, b, e, α, β, φ) with A = eᵃ, B = eᵇ, E = eᵉ. The objective is the
+Parameters live in log space as θ = (a, b, e, α, β, φ) with A = eᵃ, B = eᵇ, E = eᵉ. A one-parameter
+extension of the law (``EXTENSIONS``: φ trending with compute or size, or a loop-dependent floor) appends a
+seventh parameter ``ext`` to θ; its per-run covariate rides on the ``Design``. The objective is the
 **summed** Huber loss (δ = 1e-3) of log L̂ − log L over runs, optionally weighted by integer run counts
 (a bootstrap resample is a weight vector). Every function here takes a batch of K parameter vectors at once
 so that restarts and bootstrap resamples are evaluated in one NumPy pass.
@@ -31,6 +33,61 @@ PARAM_LABELS = ("A", "B", "E", "alpha", "beta", "phi")
 BOUND_TOL = 1e-6
 
 
+EXT = len(PARAMS)  # index of the extension parameter in a 7-column θ
+
+
+@dataclass(frozen=True)
+class Extension:
+    """One-parameter extension of the paper's law: θ gains ``ext``, which acts through a per-run covariate z.
+
+    ``target`` "phi": φ_i = φ + ext·z_i (φ is then φ at z = 0, the table's centre); "E": E_i = E·2^(ext·z_i)
+    with z = log2 r (a multiplicative loop-dependent floor, positive for every ext; ext > 0: more loops, a
+    higher floor). ``bounds``: the box for ext.
+    """
+
+    name: str
+    label: str  # how reports name ext
+    covariate: str  # what z is, in words
+    target: str  # "phi" or "E"
+    bounds: tuple[float, float]
+
+
+EXTENSIONS = {
+    "phi-trend-c": Extension(
+        "phi-trend-c",
+        "phi_1 per decade of C",
+        "log10(C / C_ref), C_ref the geometric mean budget",
+        "phi",
+        (-3.0, 3.0),
+    ),
+    "phi-trend-n": Extension(
+        "phi-trend-n",
+        "phi_1 per decade of N_unrolled",
+        "log10(N_u / N_ref), N_u = N_once + r·N_rec (the non-looped twin's size at the same width), "
+        "N_ref the geometric mean",
+        "phi",
+        (-3.0, 3.0),
+    ),
+    "e-per-r": Extension(
+        "e-per-r",
+        "kappa (E_r = E·r^kappa)",
+        "log2 r",
+        "E",
+        (-1.0, 1.0),
+    ),
+}
+#: The forms ``loopscale fit --form`` accepts: the paper's law and its one-parameter extensions.
+FORMS = ("paper", *EXTENSIONS)
+
+
+def extension_bounds(extension: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """The fit box (lower, upper) for θ of the paper's law (6) or of an extension (7 parameters)."""
+    if extension is None:
+        return LOWER, UPPER
+    lo, hi = EXTENSIONS[extension].bounds
+    return np.append(LOWER, lo), np.append(UPPER, hi)
+
+
 @dataclass(frozen=True)
 class Design:
     """The runs as the objective sees them: per-run sizes (parameters), tokens and log losses (nats)."""
@@ -41,6 +98,8 @@ class Design:
     log_tokens: np.ndarray  # log D
     log_loss: np.ndarray  # log of the final validation loss in nats
     delta: float = HUBER_DELTA  # Huber δ of the objective; inf = least squares
+    ext_z: np.ndarray | None = None  # covariate of an extension (a 7-column θ), per run
+    ext_target: str | None = None  # "phi" or "E": what the extension acts on
 
     @classmethod
     def build(cls, n_once, n_rec, r, tokens, loss) -> Design:
@@ -64,24 +123,36 @@ def huber(x: np.ndarray, delta: float = HUBER_DELTA) -> np.ndarray:
 
 
 def objective_and_gradient(
-    theta: np.ndarray, design: Design, weights: np.ndarray | None = None
+    theta: np.ndarray,
+    design: Design,
+    weights: np.ndarray | None = None,
+    log_loss: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Summed Huber objective and its analytic gradient for θ [K, 6] → (f [K], ∂f/∂θ [K, 6]).
 
-    ``weights`` is None (each run once), [n] (shared) or [K, n] (one weight vector per parameter vector).
+    ``weights`` is None (each run once), [n] (shared) or [K, n] (one weight vector per parameter vector);
+    ``log_loss`` overrides the design's targets with [n] or [K, n] (one simulated table per parameter vector).
+    A 7-column θ is an extension of the law (``Extension``), acting through ``design.ext_z``.
     The three terms are summed directly rather than with a max-shifted log-sum-exp: inside the box
     E ≥ e⁻³ keeps the sum away from 0, and a, b ≤ 35 keep each term far below overflow.
     """
     theta = np.atleast_2d(theta)
-    a, b, e, alpha, beta, phi = theta.T
-    r_phi = np.exp(np.multiply.outer(phi, design.log_r))
+    a, b, e, alpha, beta, phi = theta[:, :6].T
+    extended = theta.shape[1] > len(PARAMS)
+    phi_row = phi[:, None]
+    if extended and design.ext_target == "phi":
+        phi_row = phi_row + np.multiply.outer(theta[:, EXT], design.ext_z)
+    r_phi = np.exp(phi_row * design.log_r)
     n_eff = design.n_once + r_phi * design.n_rec
     log_n = np.log(n_eff)
     term_n = np.exp(a[:, None] - alpha[:, None] * log_n)
     term_d = np.exp(b[:, None] - np.multiply.outer(beta, design.log_tokens))
-    term_e = np.exp(e)
-    total = term_n + term_d + term_e[:, None]
-    resid = np.log(total) - design.log_loss
+    if extended and design.ext_target == "E":
+        term_e = np.exp(e[:, None] + np.multiply.outer(theta[:, EXT], design.ext_z * math.log(2)))  # E·r^κ
+    else:
+        term_e = np.exp(e)[:, None]
+    total = term_n + term_d + term_e
+    resid = np.log(total) - (design.log_loss if log_loss is None else log_loss)
     if math.isinf(design.delta):  # least squares
         loss = 0.5 * resid * resid
         slope = resid / total
@@ -95,32 +166,42 @@ def objective_and_gradient(
     grad = np.empty_like(theta)
     u_n = slope * term_n
     u_d = slope * term_d
+    u_e = slope * term_e
     grad[:, 0] = u_n.sum(axis=1)
     grad[:, 1] = u_d.sum(axis=1)
-    grad[:, 2] = slope.sum(axis=1) * term_e
+    grad[:, 2] = u_e.sum(axis=1)
     grad[:, 3] = -(u_n * log_n).sum(axis=1)
     grad[:, 4] = -(u_d @ design.log_tokens)
     dlogn_dphi = (r_phi * design.n_rec * design.log_r) / n_eff
     grad[:, 5] = -alpha * (u_n * dlogn_dphi).sum(axis=1)
+    if extended:
+        if design.ext_target == "phi":
+            grad[:, EXT] = -alpha * ((u_n * dlogn_dphi) @ design.ext_z)
+        else:
+            grad[:, EXT] = u_e @ (design.ext_z * math.log(2))
     return f, grad
 
 
-def at_bound(theta: np.ndarray, free: np.ndarray | None = None, tol: float = BOUND_TOL) -> np.ndarray:
-    """Which parameters sit within ``tol`` of their box edge: θ [..., 6] → bool [..., 6] (``free`` only)."""
+def at_bound(
+    theta: np.ndarray, free: np.ndarray | None = None, tol: float = BOUND_TOL, extension: str | None = None
+) -> np.ndarray:
+    """Which parameters sit within ``tol`` of their box edge: θ [..., P] → bool [..., P] (``free`` only)."""
     theta = np.asarray(theta, dtype=float)
-    hit = (theta - LOWER <= tol) | (UPPER - theta <= tol)
+    lower, upper = extension_bounds(extension)
+    hit = (theta - lower <= tol) | (upper - theta <= tol)
     return hit if free is None else hit & np.asarray(free, dtype=bool)
 
 
-def bound_names(theta: np.ndarray, free: np.ndarray | None = None) -> list[str]:
-    """Labels (``PARAM_LABELS``) of the free parameters of one θ [6] that sit at a bound of the box."""
-    return [name for name, hit in zip(PARAM_LABELS, at_bound(theta, free)) if hit]
+def bound_names(theta: np.ndarray, free: np.ndarray | None = None, extension: str | None = None) -> list[str]:
+    """Labels (``PARAM_LABELS``, then "ext") of the free parameters of one θ at a bound of the box."""
+    hits = at_bound(theta, free, extension=extension)
+    return [name for name, hit in zip((*PARAM_LABELS, "ext"), hits) if hit]
 
 
 def theta_to_coefficients(theta: np.ndarray) -> dict[str, float]:
-    """θ → {E, A, B, alpha, beta, phi, a, b, e} (A, B, E = exp of a, b, e)."""
-    a, b, e, alpha, beta, phi = (float(v) for v in theta)
-    return {
+    """θ → {E, A, B, alpha, beta, phi, a, b, e[, ext]} (A, B, E = exp of a, b, e; ext for a 7-column θ)."""
+    a, b, e, alpha, beta, phi = (float(v) for v in theta[:6])
+    coef = {
         "E": math.exp(e),
         "A": math.exp(a),
         "B": math.exp(b),
@@ -131,14 +212,53 @@ def theta_to_coefficients(theta: np.ndarray) -> dict[str, float]:
         "b": b,
         "e": e,
     }
+    if len(theta) > len(PARAMS):
+        coef["ext"] = float(theta[EXT])
+    return coef
 
 
-def law_loss(coef: dict[str, float], n_once, n_rec, r, tokens) -> np.ndarray:
-    """L̂ in nats from coefficients {E, A, B, alpha, beta[, phi]}.
+def extension_covariate(extension: str, n_once, n_rec, r, budget, reference: float | None) -> np.ndarray:
+    """The covariate z of ``extension`` per run (see ``EXTENSIONS``); ``reference`` is the centre of the
+    logged quantity (log10 C_ref or log10 N_ref; unused for "e-per-r"). NaN budgets give NaN for
+    phi-trend-c."""
+    r = np.asarray(r, dtype=float)
+    if extension == "e-per-r":
+        return np.log2(r)
+    if extension == "phi-trend-c":
+        return np.log10(np.asarray(budget, dtype=float)) - reference
+    if extension == "phi-trend-n":
+        unrolled = np.asarray(n_once, dtype=float) + r * np.asarray(n_rec, dtype=float)
+        return np.log10(unrolled) - reference
+    raise ValueError(f"unknown extension {extension!r}")
 
-    Without phi it is the plain Chinchilla law with N = N_once + N_rec (unique parameters).
+
+def extension_reference(extension: str, n_once, n_rec, r, budget) -> float | None:
+    """The centre of an extension's covariate on a table: the mean of log10 C or log10 N_unrolled."""
+    if extension == "phi-trend-c":
+        return float(np.mean(np.log10(np.asarray(budget, dtype=float))))
+    if extension == "phi-trend-n":
+        n_once, n_rec, r = (np.asarray(v, dtype=float) for v in (n_once, n_rec, r))
+        return float(np.mean(np.log10(n_once + r * n_rec)))
+    return None
+
+
+def law_loss(
+    coef: dict[str, float], n_once, n_rec, r, tokens, extension: str | None = None, ext_z=None
+) -> np.ndarray:
+    """L̂ in nats from coefficients {E, A, B, alpha, beta[, phi][, ext]}.
+
+    Without phi it is the plain Chinchilla law with N = N_once + N_rec (unique parameters). With an
+    ``extension``, ``ext_z`` is its covariate per point (``extension_covariate``).
     """
     n_once, n_rec, r, tokens = (np.asarray(v, dtype=float) for v in (n_once, n_rec, r, tokens))
     phi = coef.get("phi")
+    floor = coef["E"]
+    if extension is not None:
+        target = EXTENSIONS[extension].target
+        z = np.asarray(ext_z, dtype=float)
+        if target == "phi":
+            phi = phi + coef["ext"] * z
+        else:
+            floor = coef["E"] * np.exp2(coef["ext"] * z)
     n_eff = n_once + (n_rec if phi is None else r**phi * n_rec)
-    return coef["E"] + coef["A"] * n_eff ** (-coef["alpha"]) + coef["B"] * tokens ** (-coef["beta"])
+    return floor + coef["A"] * n_eff ** (-coef["alpha"]) + coef["B"] * tokens ** (-coef["beta"])

@@ -4,18 +4,24 @@
   with the fitted φ, with φ = 0 and with φ = 1 side by side (each panel uses its own form's coefficients;
   the line is E + A·N_eff^(−α)). When φ is right, every r falls on one curve;
 - ``loop_tax``: one panel per budget, loss against N per r with the fitted joint law, so the gap between
-  the r curves at equal compute (the loop tax) is read off directly; parabola vertices marked;
+  the r curves at equal compute (the loop tax) is read off directly; parabola vertices marked, the cells
+  whose vertex the widths do not bracket named in the panel; one legend for the figure;
 - ``isoflop``: one panel per r, loss against N per budget with the fitted law along each iso-FLOP curve,
   the least-squares parabola in log N and its vertex where the curve brackets it; a cell whose vertex is
   not bracketed is marked "not bracketed" in the legend and gets no vertex;
 - ``phi_profile``: the profile-likelihood deviance of φ with the χ²₁ threshold, the profile interval,
   the bootstrap CI and φ̂ (only when the protocol computed a profile);
-- ``phi_bootstrap``: the bootstrap distribution of φ with the point estimate and the percentile CI;
+- ``phi_bootstrap``: the bootstrap distribution of φ with the point estimate and the percentile CI, on a
+  robust axis range (``robust_range``) with the number of resamples outside it written on the figure;
 - ``residuals``: observed − predicted (nats) against N and against D, coloured by r;
+- ``residuals_vs_width``: the same residuals against width, one panel per r, coloured by budget, with the
+  mean per width (the law check's r × width misfit, issue 19);
 - ``frontier``: the compute-optimal L* and N* per r against compute.
 
 Log axes get at most a handful of labelled ticks (1, 2, 5 × 10^k or sparser) in compact units (``20K``,
-``2e11``) so tick labels never overlap; ``tests/fit/test_plots.py`` checks every figure for overlaps.
+``2e11``) so tick labels never overlap (``tests/fit/test_plots.py`` checks every figure for overlaps); budgets
+are written by ``labels.flops_label`` (``C = 1.25e13``), as in the report; a panel with nothing to show says
+"no data" (``no_data_note``).
 """
 
 from __future__ import annotations
@@ -26,13 +32,24 @@ from pathlib import Path
 
 import numpy as np
 
+from loopscale.fit.labels import count_label, flops_label, interval_text
 from loopscale.fit.law import law_loss
 from loopscale.fit.protocol import Protocol
 from loopscale.fit.table import RunTable
 from loopscale.io import atomic_write
+from loopscale.progress import progress
 
 #: Every figure ``plot_protocol`` can write, in the order a reader wants them.
-FIGURES = ("collapse", "loop_tax", "isoflop", "phi_profile", "phi_bootstrap", "residuals", "frontier")
+FIGURES = (
+    "collapse",
+    "loop_tax",
+    "isoflop",
+    "phi_profile",
+    "phi_bootstrap",
+    "residuals",
+    "residuals_vs_width",
+    "frontier",
+)
 
 
 def _save(fig, out_dir: Path, name: str) -> list[Path]:
@@ -56,7 +73,8 @@ def plot_protocol(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
-    for name, fig in protocol_figures(protocol, table, baselines):
+    figures = protocol_figures(protocol, table, baselines)
+    for name, fig in progress(figures, "figures", "figure", total=len(FIGURES), upper_bound=True):
         try:
             paths += _save(fig, out_dir, name)
         finally:
@@ -64,35 +82,7 @@ def plot_protocol(
     return paths
 
 
-def interval_text(interval, open_ends=(False, False), digits: int = 3) -> str:
-    """``[lo, hi]`` with an end that is None or open (at the box edge or the end of the grid) marked open."""
-    ends = []
-    for value, is_open in zip(interval, open_ends):
-        if value is None:
-            ends.append("open")
-        else:
-            ends.append(f"{value:.{digits}f}" + (" (open)" if is_open else ""))
-    return f"[{ends[0]}, {ends[1]}]"
-
-
 # --- axes -------------------------------------------------------------------------------------------------
-
-
-def count_label(x: float, _pos=None) -> str:
-    """A parameter or token count as a short tick label: 500, 8K, 1.5M, 2B."""
-    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g}{unit}"
-    return f"{x:.3g}"
-
-
-def flops_label(x: float, _pos=None) -> str:
-    """Training FLOPs as a short tick label: 2e11, 1e12."""
-    if x <= 0:
-        return f"{x:g}"
-    exponent = math.floor(math.log10(x) + 1e-9)
-    mantissa = x / 10**exponent
-    return f"{mantissa:.2g}e{exponent}"
 
 
 def _log_locator(max_ticks: int = 6):
@@ -185,6 +175,7 @@ def protocol_figures(
         ("phi_profile", lambda: _phi_profile(protocol)),
         ("phi_bootstrap", lambda: _phi_bootstrap(protocol)),
         ("residuals", lambda: _residuals(protocol, table, rs, colors)),
+        ("residuals_vs_width", lambda: _residuals_vs_width(protocol, table, rs)),
         ("frontier", lambda: _frontier(protocol, colors)),
     )
     for name, build in builders:
@@ -284,53 +275,92 @@ def _side_legend(ax, extra=()) -> None:
     ax.legend(handles=[*handles, *extra], fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
 
+def _baseline_label(baselines: dict) -> str:
+    return f"bigram table {baselines['bigram']:.2f} (unigram {baselines['unigram']:.2f})"
+
+
 def _baseline_line(ax, baselines: dict | None) -> None:
     """The bigram table's validation loss as a dotted line (the unigram's in its label: it is far above)."""
     if baselines:
-        ax.axhline(
-            baselines["bigram"],
-            ls=":",
-            lw=1.2,
-            color="0.35",
-            label=f"bigram table {baselines['bigram']:.2f} (unigram {baselines['unigram']:.2f})",
-        )
+        ax.axhline(baselines["bigram"], ls=":", lw=1.2, color="0.35", label=_baseline_label(baselines))
+
+
+def panel_grid(n: int, max_cols: int = 3) -> tuple[int, int]:
+    """(rows, columns) for ``n`` panels with the fewest empty cells (then the most columns, at most
+    ``max_cols``): 4 panels are 2 × 2, not 3 + 1 with two blank cells."""
+    if n <= max_cols:
+        return 1, max(n, 1)
+    cols = min(range(2, max_cols + 1), key=lambda c: (-n % c, -c))
+    return -(-n // cols), cols
+
+
+def no_data_note(ax, what: str = "no data") -> None:
+    """Write "no data" in the middle of a panel that has nothing to show, so an empty panel reads as
+    such and not as a plotting failure."""
+    ax.text(0.5, 0.5, what, transform=ax.transAxes, ha="center", va="center", fontsize=10, color="0.4")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _figure_legend(fig, axes, handles) -> None:
+    """One legend for the whole figure: in the grid's first spare cell when it has one, else to the right
+    of the panels (a legend repeated in every panel says the same thing n times)."""
+    spare = [ax for ax in axes.flat if not ax.has_data() and not ax.texts]
+    if spare:
+        spare[0].axis("off")
+        spare[0].legend(handles=handles, loc="center", fontsize=8, frameon=False)
+        for ax in spare[1:]:
+            ax.set_visible(False)
+    else:
+        fig.legend(handles=handles, loc="outside right upper", fontsize=8)
 
 
 def _loop_tax(protocol: Protocol, table: RunTable, rs, colors, minima, baselines=None):
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     if not table.has_budget or protocol.fit.phi is None:
         return None
     budgets = sorted(set(table.budget.tolist()))
-    cols = min(3, len(budgets))
-    rows = -(-len(budgets) // cols)
+    rows, cols = panel_grid(len(budgets))
     fig, axes = plt.subplots(
-        rows, cols, figsize=(6.2 * cols, 3.9 * rows), squeeze=False, layout="constrained"
+        rows, cols, figsize=(4.8 * cols, 3.7 * rows), squeeze=False, layout="constrained"
     )
     for ax, c in zip(axes.flat, budgets):
+        unbracketed = []
         for r in rs:
             mask = (table.budget == c) & (table.r == r)
             if not mask.any():
                 continue
             m = minima.get((c, r))
-            label = f"r = {r}" + ("" if m is None or m["bracketed"] else " (not bracketed)")
+            if m is not None and not m["bracketed"]:
+                unbracketed.append(f"r = {r}")
             order = np.argsort(table.n[mask])
-            ax.scatter(
-                table.n[mask][order], table.loss[mask][order], s=20, color=colors[r], label=label, zorder=3
-            )
+            ax.scatter(table.n[mask][order], table.loss[mask][order], s=20, color=colors[r], zorder=3)
             if mask.sum() >= 2:
                 ax.plot(*_law_along(protocol.fit, table, mask), color=colors[r], lw=1.2)
             if mask.sum() >= 3:
                 _parabola(ax, table, mask, m, colors[r])
+        if unbracketed:
+            ax.text(
+                0.02, 0.02, "not bracketed: " + ", ".join(unbracketed), transform=ax.transAxes,
+                fontsize=7, color="0.3", va="bottom",
+            )  # fmt: skip
         ax.set_title(f"C = {flops_label(c)} FLOPs", fontsize=10)
-        _baseline_line(ax, baselines)
+        if baselines:
+            ax.axhline(baselines["bigram"], ls=":", lw=1.2, color="0.35")
         _log_axis(ax, "x")
         _linear_ticks(ax, "y")
         ax.set_xlabel("unique non-embedding parameters N")
-        ax.set_ylabel("validation loss (nats)")
-        _side_legend(ax, _vertex_handles())
-    for ax in list(axes.flat)[len(budgets) :]:
-        ax.set_visible(False)
+        if ax.get_subplotspec().is_first_col():
+            ax.set_ylabel("validation loss (nats)")
+    handles = [Line2D([], [], color=colors[r], marker="o", lw=1.2, label=f"r = {r}") for r in rs]
+    handles += _vertex_handles()
+    if baselines:
+        handles.append(
+            Line2D([], [], ls=":", lw=1.2, color="0.35", label=_baseline_label(baselines))
+        )
+    _figure_legend(fig, axes, handles)
     fig.suptitle("the loop tax: loss per r at equal training compute")
     return fig
 
@@ -400,7 +430,8 @@ def _phi_profile(protocol: Protocol):
     ax.axhline(threshold, ls="--", lw=1.0, color="0.4", label=f"χ²₁ {pct} threshold {threshold:.2f}")
     if "phi" in protocol.ci:
         b_lo, b_hi = protocol.ci["phi"]
-        ax.axvline(b_lo, ls="--", color="C0", label=f"bootstrap {pct} CI {interval_text((b_lo, b_hi))}")
+        name = method_name(getattr(protocol, "ci_method", None))
+        ax.axvline(b_lo, ls="--", color="C0", label=f"{name} {pct} CI {interval_text((b_lo, b_hi))}")
         ax.axvline(b_hi, ls="--", color="C0")
     ax.axvline(protocol.fit.phi, color="C3", label=f"φ̂ = {protocol.fit.phi:.3f}")
     if prof.get("phi_hat") is not None:  # the profile's own (least-squares) minimum, when it reports one
@@ -422,31 +453,71 @@ def _phi_profile(protocol: Protocol):
     return fig
 
 
+def robust_range(values: np.ndarray, fence: float = 3.0, widen: float = 0.05) -> tuple[float, float]:
+    """The axis range of a distribution: its smallest and largest values inside Tukey's far-out fences
+    (quartiles ∓ ``fence`` interquartile ranges, about ±4.7 sd for a normal sample, so nothing of a normal
+    bulk is cut), widened by ``widen`` of the span on each side. A handful of far-out values (bootstrap
+    resamples stuck at a box edge: 4 of 200 at φ = −3 is 2%, more than a 0.5–99.5 percentile range cuts)
+    then cannot squeeze the bulk of a histogram into one bin."""
+    q1, q3 = np.percentile(values, [25, 75])
+    iqr = q3 - q1
+    kept = values[(values >= q1 - fence * iqr) & (values <= q3 + fence * iqr)]
+    lo, hi = float(kept.min()), float(kept.max())
+    pad = widen * max(hi - lo, 1e-3 * max(abs(lo), abs(hi), 1.0))
+    return lo - pad, hi + pad
+
+
+def method_name(method: str | None) -> str:
+    """An interval's method as a reader says it: "random-effects bootstrap", "cell bootstrap"."""
+    return (method or "bootstrap").replace("_", " ").replace("random effects", "random-effects")
+
+
 def _phi_bootstrap(protocol: Protocol):
     import matplotlib.pyplot as plt
 
     if protocol.bootstrap is None or "phi" not in protocol.bootstrap["samples"]:
         return None
     fit = protocol.fit
-    phis = protocol.bootstrap["samples"]["phi"]
-    lo, hi = protocol.ci["phi"]
+    phis = np.asarray(protocol.bootstrap["samples"]["phi"], dtype=float)
+    phis = phis[np.isfinite(phis)]
+    lo, hi = protocol.bootstrap["ci"]["phi"]  # this histogram's own percentile CI
+    reported = protocol.ci.get("phi")  # the interval the report gives, when another method made it
+    if reported is not None and list(reported) == [lo, hi]:
+        reported = None
+    x_lo, x_hi = robust_range(phis)
+    in_view = [fit.phi, lo, hi, *(reported or [])]  # φ̂ and the CIs always in view
+    x_lo, x_hi = min(x_lo, *in_view), max(x_hi, *in_view)
+    inside = (phis >= x_lo) & (phis <= x_hi)
     fig, ax = plt.subplots(figsize=(5.5, 3.8), layout="constrained")
-    ax.hist(phis, bins=30, color="0.7", edgecolor="0.4")
+    ax.hist(phis[inside], bins=np.linspace(x_lo, x_hi, 31), color="0.7", edgecolor="0.4")
+    ax.set_xlim(x_lo, x_hi)
     ax.axvline(fit.phi, color="C3", label=f"φ̂ = {fit.phi:.3f}")
     for v in (lo, hi):
         ax.axvline(v, color="C0", ls="--")
+    if reported is not None:
+        name = method_name(getattr(protocol, "ci_method", None))
+        ax.axvspan(*reported, color="C2", alpha=0.15, label=f"reported: {name} CI {interval_text(reported)}")
+    outside = int((~inside).sum())
+    if outside:
+        below, above = int((phis < x_lo).sum()), int((phis > x_hi).sum())
+        ax.text(
+            0.02, 0.97,
+            f"{outside} resample{'s' if outside > 1 else ''} outside the axis: {below} below, {above} above",
+            transform=ax.transAxes, fontsize=7, va="top", color="0.25",
+        )  # fmt: skip
     _linear_ticks(ax)
-    ax.set_title(f"bootstrap φ: {100 * protocol.bootstrap['level']:.0f}% CI {interval_text((lo, hi))}")
+    level = f"{100 * protocol.bootstrap['level']:.0f}%"
+    ax.set_title(f"cell bootstrap φ: {level} CI {interval_text((lo, hi))}", fontsize=10)
     ax.set_xlabel("φ")
     ax.set_ylabel("resamples")
-    ax.legend()
+    ax.legend(loc="upper right", fontsize=8)
     return fig
 
 
 def _residuals(protocol: Protocol, table: RunTable, rs, colors):
     import matplotlib.pyplot as plt
 
-    resid = table.loss - protocol.fit.predict_table(table)
+    resid = law_residuals(protocol, table)
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True, layout="constrained")
     for ax, x, label in ((axes[0], table.n, "unique parameters N"), (axes[1], table.tokens, "tokens D")):
         for r in rs:
@@ -458,6 +529,53 @@ def _residuals(protocol: Protocol, table: RunTable, rs, colors):
         ax.set_xlabel(label)
     axes[0].set_ylabel("observed − predicted (nats)")
     axes[0].legend(fontsize=8)
+    return fig
+
+
+def law_residuals(protocol: Protocol, table: RunTable) -> np.ndarray:
+    """Observed − predicted loss of every run under the main fit (nats)."""
+    return table.loss - protocol.fit.predict_table(table)
+
+
+def _residuals_vs_width(protocol: Protocol, table: RunTable, rs):
+    """Residuals against width, one panel per r, points coloured by budget and the mean per width joined:
+    a law that describes the data leaves a flat band around 0 in every panel; a trend with width that
+    differs between r is the (r × width) misfit of the law check's decomposition."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    if not np.all(np.isfinite(table.width)):
+        return None
+    resid = law_residuals(protocol, table)
+    budgets = sorted(set(table.budget.tolist())) if table.has_budget else [math.nan]
+    shades = dict(zip(budgets, plt.cm.plasma(np.linspace(0.05, 0.85, len(budgets)))))
+    rows, cols = panel_grid(len(rs), max_cols=4)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(3.6 * cols, 3.2 * rows), squeeze=False, sharex=True, sharey=True,
+        layout="constrained",
+    )  # fmt: skip
+    for ax, r in zip(axes.flat, rs):
+        in_r = table.r == r
+        for c in budgets:
+            m = in_r & ((table.budget == c) if table.has_budget else True)
+            ax.scatter(table.width[m], resid[m], s=16, color=shades[c], zorder=3)
+        widths = np.unique(table.width[in_r])
+        means = [resid[in_r & (table.width == w)].mean() for w in widths]
+        ax.plot(widths, means, color="k", lw=1.2, marker="_", ms=10)
+        ax.axhline(0, color="0.3", lw=0.8)
+        ax.set_title(f"r = {r}", fontsize=10)
+        _log_axis(ax, "x")
+        _linear_ticks(ax, "y")
+        ax.set_xlabel("width d")
+        if ax.get_subplotspec().is_first_col():
+            ax.set_ylabel("observed − predicted (nats)")
+    handles = [Line2D([], [], color="k", lw=1.2, label="mean per width")]
+    if table.has_budget:
+        handles += [
+            Line2D([], [], color=shades[c], marker="o", lw=0, label=f"C = {flops_label(c)}") for c in budgets
+        ]
+    _figure_legend(fig, axes, handles)
+    fig.suptitle(f"residuals of the {protocol.fit.form} law against width, per r", fontsize=10)
     return fig
 
 

@@ -11,6 +11,7 @@ reproduce the runs' sizes) are left out with a note in ``notes``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,13 +26,15 @@ from loopscale.fit.analyses import (
     parabola_minima,
     residual_stats,
 )
-from loopscale.fit.bootstrap import BOOTSTRAP_RESTARTS, bootstrap_fit
+from loopscale.fit.bootstrap import BOOTSTRAP_RESTARTS, bootstrap_fit, random_effects_bootstrap
 from loopscale.fit.diagnostics import diagnose
 from loopscale.fit.fitter import LawFit, fit_law
-from loopscale.fit.law import HUBER_DELTA
+from loopscale.fit.law import EXTENSIONS, FORMS, HUBER_DELTA
+from loopscale.fit.lawcheck import check_law
 from loopscale.fit.profile import profile_phi
 from loopscale.fit.table import RunTable
 from loopscale.fit.template import PAPER_SOURCE, template_mismatch
+from loopscale.progress import progress_bar
 
 TOP_KEYS = ("E", "A", "B", "alpha", "beta", "phi")
 
@@ -55,20 +58,56 @@ class Protocol:
     notes: list[str] = field(default_factory=list)
     diagnostics: dict = field(default_factory=dict)  # fit.diagnostics.diagnose: at_bound, phi_identified, …
     profile: dict | None = None  # fit.profile.profile_phi: profile-likelihood interval for φ
+    interval: dict | None = None  # fit.bootstrap.random_effects_bootstrap: the reported CIs (``ci``)
+    law_check: dict | None = None  # fit.lawcheck.check_law: does the paper's law hold on these runs?
 
     @property
     def ci(self) -> dict[str, list[float]]:
+        """The reported CIs: the random-effects bootstrap's where it ran, else the cell bootstrap's."""
+        if self.interval is not None:
+            return self.interval["ci"]
         return {} if self.bootstrap is None else self.bootstrap["ci"]
 
+    @property
+    def ci_method(self) -> str | None:
+        if self.interval is not None:
+            return "random_effects_bootstrap"
+        return None if self.bootstrap is None else "cell_bootstrap"
+
+    def secondary_intervals(self) -> dict[str, list | None]:
+        """φ's other intervals, beside ``ci.phi``: the cell bootstrap's and the profile's."""
+        out: dict[str, list | None] = {}
+        if self.bootstrap is not None and "phi" in self.bootstrap["ci"]:
+            out["cell_bootstrap"] = self.bootstrap["ci"]["phi"]
+        if self.interval is not None and "phi" in self.interval["ci"]:
+            out["random_effects_bootstrap"] = self.interval["ci"]["phi"]
+        if self.profile is not None:
+            out["profile"] = self.profile["interval"]
+        return out
+
     def to_dict(self) -> dict:
-        ci = {k: v for k, v in self.ci.items() if k in TOP_KEYS}
+        keys = (*TOP_KEYS, "ext")
+        ci = {k: v for k, v in self.ci.items() if k in keys}
         boot = None
         if self.bootstrap is not None:
             boot = {k: v for k, v in self.bootstrap.items() if k != "samples"}
             boot["samples"] = {k: v.tolist() for k, v in self.bootstrap["samples"].items()}
+        interval = None
+        if self.interval is not None:
+            interval = {k: v for k, v in self.interval.items() if k != "samples"}
+            interval["samples"] = (
+                {"phi": self.interval["samples"]["phi"].tolist()}
+                if "phi" in (self.interval["samples"])
+                else {}
+            )
         return {
+            "law_check": self.law_check,
+            "form": self.fit.law_form,
             "fit": self.fit.to_dict(),
             "ci": ci,
+            "ci_method": self.ci_method,
+            "ci_secondary": self.secondary_intervals(),
+            "random_effects_bootstrap": interval,
             "forms": {k: v.to_dict() for k, v in self.forms.items()},
             "per_r": {k: v.to_dict() for k, v in self.per_r.items()},
             "residuals": self.residuals,
@@ -89,7 +128,26 @@ class Protocol:
     def format(self) -> str:
         """A readable text report: every form, the CIs, residuals per r, budget halves, frontier."""
         lines = []
-        if self.diagnostics.get("verdict"):
+        check = self.law_check or {}
+        if check.get("verdict") == "rejected":
+            lines += [check["headline"]]
+            per_budget = [row for row in check.get("per_budget_phi", []) if row.get("phi") is not None]
+            if per_budget:
+                lines.append(
+                    "phi per budget (E, alpha, beta of the pooled fit): "
+                    + ", ".join(
+                        f"C={row['budget']:.3g}: {row['phi']:.3f}" + _ci_text(row.get("ci"))
+                        for row in per_budget
+                    )
+                )
+            lines.append(
+                f"the pooled phi below is NOT a measurement; the form with the best leave-one-budget-out "
+                f"prediction is {check['selected_form']} (--form {check['selected_form']})"
+            )
+            lines.append("")
+        elif check.get("headline"):
+            lines += [check["headline"], ""]
+        if self.diagnostics.get("verdict") and check.get("verdict") != "rejected":
             lines += [self.diagnostics["verdict"], ""]
         lines += [
             f"{len(self.fit_rows())} fits on {self.table_summary['n_runs']} runs "
@@ -118,13 +176,23 @@ class Protocol:
         if self.diagnostics.get("reasons"):
             lines.append("flags: " + "; ".join(self.diagnostics["reasons"]))
         if self.ci:
-            b = self.bootstrap
-            lines += [
-                "",
-                f"{100 * b['level']:.0f}% block-bootstrap CIs ({b['resamples']} resamples of "
-                f"{b['cells']} cells, percentile):",
-            ]
-            lines += [f"  {k:<6} [{lo:.4g}, {hi:.4g}]" for k, (lo, hi) in self.ci.items() if k in TOP_KEYS]
+            if self.interval is not None:
+                b = self.interval
+                comps = ", ".join(f"{k} {v:.4f}" for k, v in b["components"].items())
+                lines += [
+                    "",
+                    f"{100 * b['level']:.0f}% CIs: random-effects parametric bootstrap ({b['resamples']} "
+                    f"simulated tables; error sd in log loss: {comps}):",
+                ]
+            else:
+                b = self.bootstrap
+                lines += [
+                    "",
+                    f"{100 * b['level']:.0f}% block-bootstrap CIs ({b['resamples']} resamples of "
+                    f"{b['cells']} cells, percentile):",
+                ]
+            keys = (*TOP_KEYS, "ext")
+            lines += [f"  {k:<6} [{lo:.4g}, {hi:.4g}]" for k, (lo, hi) in self.ci.items() if k in keys]
         lines += [
             "",
             "residuals of the fit (observed - predicted, nats):",
@@ -174,6 +242,8 @@ class Protocol:
                     + ", ".join(outside[:6])
                     + (" …" if len(outside) > 6 else "")
                 )
+        if check.get("verdict") in ("holds", "rejected"):
+            lines += ["", *law_check_lines(check)]
         template = self.settings.get("template")
         if template:
             lines.append(f"architecture template: {template['source']}")
@@ -181,15 +251,21 @@ class Protocol:
         return "\n".join(lines)
 
     def phi_intervals_line(self) -> str | None:
-        """φ with its bootstrap CI and its profile interval side by side (None for the plain law)."""
+        """φ with its reported CI (random-effects bootstrap), the cell bootstrap's and the profile interval
+        side by side (None for the plain law)."""
         joint = self.forms.get("joint")
         if joint is None:
             return None
         parts = [f"phi = {joint.phi:.4f}"]
-        if self.fit.form == "joint" and "phi" in self.ci:
-            lo, hi = self.ci["phi"]
-            parts.append(f"{100 * self.bootstrap['level']:.0f}% bootstrap CI [{lo:.4f}, {hi:.4f}]")
-        else:
+        if self.fit.form == "joint" and self.interval is not None and "phi" in self.interval["ci"]:
+            lo, hi = self.interval["ci"]["phi"]
+            parts.append(
+                f"{100 * self.interval['level']:.0f}% CI [{lo:.4f}, {hi:.4f}] (random-effects bootstrap)"
+            )
+        if self.fit.form == "joint" and self.bootstrap is not None and "phi" in self.bootstrap["ci"]:
+            lo, hi = self.bootstrap["ci"]["phi"]
+            parts.append(f"cell bootstrap [{lo:.4f}, {hi:.4f}]")
+        elif self.interval is None:
             parts.append("bootstrap CI: none")
         if self.profile is not None:
             ends = ["open" if x is None else f"{x:.4f}" for x in self.profile["interval"]]
@@ -216,6 +292,70 @@ class Protocol:
         return rows
 
 
+def _ci_text(ci: list | None) -> str:
+    return "" if not ci else f" [{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
+def law_check_lines(check: dict) -> list[str]:
+    """The law check as text: noise, lack of fit, leave-one-budget-out, extensions, halves, decomposition."""
+    noise = check["noise"]
+    lines = [
+        f"law check (verdict: {check['verdict']}; {check['tests']} tests, each at "
+        f"p < {check['threshold']:.2g}):"
+    ]
+    if noise["source"] == "replicates":
+        lines.append(
+            f"  noise: seed sd {noise['sigma']:.4f} nats from {noise['replicated_runs']} replicated runs "
+            f"({noise['df']} df, 95% CI [{noise['ci'][0]:.4f}, {noise['ci'][1]:.4f}])"
+        )
+    elif noise["source"] == "--noise":
+        lines.append(f"  noise: {noise['sigma']:.4f} nats as stated (--noise)")
+    else:
+        lines.append("  noise: unknown (no replicate seeds, no --noise): lack of fit untestable")
+    lof = check.get("lack_of_fit")
+    if lof:
+        lines.append(
+            f"  lack of fit: RMSE {lof['rmse']:.4f} nats = {lof['rmse'] / lof['sigma']:.1f}x the noise; "
+            f"{lof['test']} = {lof['statistic']:.2f} on {lof['df']} df, p = {lof['p']:.2g}"
+        )
+    lines.append("  leave one budget out (fit the others, predict it; nats):")
+    for row in check["leave_one_budget_out"]:
+        if "rmse" not in row:
+            lines.append(f"    C={row['budget']:.3g}: {row['error']}")
+            continue
+        units = f" ({row['rmse_over_noise']:.1f}x noise)" if "rmse_over_noise" in row else ""
+        lines.append(
+            f"    C={row['budget']:.3g}: RMSE {row['rmse']:.4f}{units}, bias {row['bias']:+.4f}, "
+            f"p = {row['p']:.2g}"
+        )
+    lines.append(f"  {'form':<13}{'extra':>26}{'phi0':>8}{'LR':>7}{'p':>9}{'AIC':>9}{'LOBO RMSE':>11}")
+    paper_lobo = check.get("paper_lobo_rmse")
+    lines.append(f"  {'paper':<13}{'':>26}{'':>8}{'':>7}{'':>9}{'':>9}{_num(paper_lobo):>11}")
+    for ext in check["extensions"]:
+        extra = f"{ext['estimate']:+.3f}{_ci_text(ext.get('ci'))}"
+        lines.append(
+            f"  {ext['form']:<13}{extra:>26}{ext['phi0']:8.3f}{ext['lr']:7.1f}{ext['p']:9.2g}"
+            f"{ext['aic']:9.1f}{_num(ext['lobo_rmse']):>11}"
+        )
+    halves = check.get("halves") or {}
+    if halves:
+        lines.append(
+            "  phi per half of the budgets: "
+            + ", ".join(
+                f"{k} {v['phi']:.3f}{_ci_text(v.get('ci'))}"
+                for k, v in halves.items()
+                if v["phi"] is not None
+            )
+        )
+    shares = ", ".join(f"{k} {100 * v:.1f}%" for k, v in check["decomposition"].items())
+    lines.append(f"  residual sum of squares explained by group means: {shares}")
+    return lines
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4f}"
+
+
 def run_protocol(
     table: RunTable,
     *,
@@ -230,6 +370,10 @@ def run_protocol(
     restricted_phis: tuple[float, ...] = (0.0, 1.0),
     template_source: str | None = None,
     profile: bool = True,
+    form: str = "paper",
+    noise: float | None = None,
+    law_check: bool = True,
+    check_resamples: int = 100,
 ) -> Protocol:
     """Run the method §8 protocol on ``table`` (see the module docstring); ``bootstrap=0``: no bootstrap.
 
@@ -240,43 +384,100 @@ def run_protocol(
     differs from the table's is not used for the frontier (a note says why). ``split`` "ls" refits with the
     project page's least-squares N_once/N_rec split (method §3.4). ``profile`` computes the profile-likelihood
     interval for φ (joint law only).
+
+    ``form``: the paper's law or one of its one-parameter extensions (``law.EXTENSIONS``) as the main fit;
+    the paper's joint fit is always made too (``forms["joint"]``) and ``law_check`` checks it against the
+    runs (``fit.lawcheck``; ``noise`` in nats where the table has no replicate seeds, ``check_resamples``
+    for its CIs). The reported CIs (``ci``) come from the random-effects bootstrap of the main fit; the
+    cell bootstrap and the profile stay beside them.
     """
     if split not in ("paper", "ls"):
         raise UserError(f"unknown split {split!r}; use 'paper' or 'ls'")
+    if form not in FORMS:
+        raise UserError(f"unknown law form {form!r}; use one of: {', '.join(FORMS)}")
+    extension = EXTENSIONS[form].name if form != "paper" else None
+    if extension is not None and (law != "joint" or fix_phi is not None):
+        raise UserError(f"--form {form} extends the joint law with phi free; drop --law/--fix-phi")
+    if noise is not None and not (math.isfinite(noise) and noise > 0):
+        raise UserError(f"--noise must be a positive number of nats, got {noise}")
     notes: list[str] = []
     template = flops_model or paper_template()
     template_source = template_source or ("the given model config" if flops_model else PAPER_SOURCE)
     mismatch = template_mismatch(table, template)
     if split == "ls":
         table = table.with_ls_split(template)
-    main = fit_law(table, form=law, fix_phi=fix_phi, restarts=restarts, seed=seed)
-    forms: dict[str, LawFit] = {}
-    if law == "joint":
-        forms["joint"] = main if fix_phi is None else fit_law(table, restarts=restarts, seed=seed)
-        for phi in sorted(set(restricted_phis) | ({fix_phi} if fix_phi is not None else set())):
-            key = f"phi={phi:g}"
-            forms[key] = main if phi == fix_phi else fit_law(table, fix_phi=phi, restarts=restarts, seed=seed)
-    per_r: dict[str, LawFit] = {}
     rs = sorted(set(table.r.tolist()))
-    if law == "joint":
-        for r in rs:
-            try:
-                per_r[str(r)] = fit_law(
-                    table.subset(table.r == r), form="chinchilla", restarts=restarts, seed=seed
+    restricted = sorted(set(restricted_phis) | ({fix_phi} if fix_phi is not None else set()))
+    n_fits = 1 + (extension is not None) + (law == "joint") * (len(restricted) + len(rs) + 2)
+    forms: dict[str, LawFit] = {}
+    per_r: dict[str, LawFit] = {}
+    with progress_bar(n_fits, "fits", "fit") as advance:
+        paper_joint = None
+        if extension is not None:
+            paper_joint = fit_law(table, restarts=restarts, seed=seed)
+            advance(1)
+        main = fit_law(
+            table,
+            form=law,
+            fix_phi=fix_phi,
+            restarts=restarts,
+            seed=seed,
+            extension=extension,
+            warm=paper_joint,
+        )
+        advance(1)
+        if law == "joint":
+            if fix_phi is None and extension is None:
+                forms["joint"] = main
+            else:
+                forms["joint"] = paper_joint or fit_law(table, restarts=restarts, seed=seed)
+            for phi in restricted:
+                key = f"phi={phi:g}"
+                forms[key] = (
+                    main if phi == fix_phi else fit_law(table, fix_phi=phi, restarts=restarts, seed=seed)
                 )
-            except UserError as exc:
-                notes.append(f"no per-r fit for r={r}: {exc}")
-    boot = None
+                advance(1)
+            for r in rs:
+                try:
+                    per_r[str(r)] = fit_law(
+                        table.subset(table.r == r), form="chinchilla", restarts=restarts, seed=seed
+                    )
+                except UserError as exc:
+                    notes.append(f"no per-r fit for r={r}: {exc}")
+                advance(1)
+        halves = _budget_halves(table, law, fix_phi, restarts, seed, notes)
+        advance(2)
+    boot = interval = None
     if bootstrap:
-        boot = bootstrap_fit(main, table, resamples=bootstrap, restarts=bootstrap_restarts, seed=seed)
+        with progress_bar(bootstrap, "cell bootstrap", "refit") as advance:
+            boot = bootstrap_fit(
+                main, table, resamples=bootstrap, restarts=bootstrap_restarts, seed=seed, advance=advance
+            )
+        if main.form == "joint":
+            with progress_bar(bootstrap, "random-effects bootstrap", "refit") as advance:
+                interval = random_effects_bootstrap(
+                    main, table, resamples=bootstrap, restarts=bootstrap_restarts, seed=seed, advance=advance
+                )
     prof = None
     if law == "joint" and profile:
-        boot_ci = boot["ci"]["phi"] if boot is not None and main.form == "joint" else None
+        primary = interval or boot
+        boot_ci = primary["ci"]["phi"] if primary is not None and main.form == "joint" else None
         warm = [forms["joint"], *(f for k, f in forms.items() if k != "joint")]
-        prof = profile_phi(table, warm, bootstrap_ci=boot_ci, seed=seed)
-    halves = _budget_halves(table, law, fix_phi, restarts, seed, notes)
-    phi = main.phi
-    worth = [loop_worth(r, phi) for r in rs if r > 1] if phi is not None else []
+        with progress_bar(None, "profile", "step"):
+            prof = profile_phi(table, warm, bootstrap_ci=boot_ci, seed=seed)
+    check = None
+    if law == "joint" and law_check:
+        with progress_bar(6, "law check", "step") as advance:
+            check = check_law(
+                table,
+                forms["joint"],
+                halves if extension is None and fix_phi is None else None,
+                noise=noise,
+                resamples=check_resamples,
+                seed=seed,
+                advance=advance,
+            )
+    worth = loops_worth(main, rs, sorted(set(table.budget.tolist())) if table.has_budget else [])
     frontier = frontier_per_r_law = None
     if not table.has_budget:
         notes.append("no compute-optimal frontier or cell minima: the table has no 'budget' column")
@@ -294,7 +495,11 @@ def run_protocol(
         widths = table.width[np.isfinite(table.width)]
         run_range = (float(widths.min()), float(widths.max())) if widths.size else None
         try:
-            frontier = compute_optimal(main.coefficients, budgets, rs, template, split, widths_run=run_range)
+            ext = None if main.extension is None else (main.extension, main.ext_ref)
+            frontier = compute_optimal(
+                main.coefficients, budgets, rs, template, split, widths_run=run_range, extension=ext
+            )
+            frontier["form"] = main.law_form
             frontier_per_r_law = {
                 r: compute_optimal(f.coefficients, budgets, [int(r)], template, split, widths_run=run_range)[
                     "per_r"
@@ -341,7 +546,31 @@ def run_protocol(
         notes=notes,
         diagnostics=diagnose(main, forms, boot, prof),
         profile=prof,
+        interval=interval,
+        law_check=check,
     )
+
+
+def loops_worth(fit: LawFit, rs: list[int], budgets: list[float]) -> list[dict]:
+    """What r loops are worth (r^φ unique blocks) under ``fit``'s form, each row saying which form.
+
+    phi-trend-c: one row per (r, budget), φ at that budget; phi-trend-n: φ at the table's centre size
+    (N_unrolled = 10^ext_ref); the paper's law and e-per-r: one φ.
+    """
+    if fit.phi is None:
+        return []
+    rows = []
+    for r in (r for r in rs if r > 1):
+        if fit.extension == "phi-trend-c":
+            for c in budgets:
+                phi = fit.phi + fit.coefficients["ext"] * (math.log10(c) - fit.ext_ref)
+                rows.append({**loop_worth(r, phi), "phi": phi, "budget": c, "form": fit.law_form})
+        else:
+            row = {**loop_worth(r, fit.phi), "phi": fit.phi, "form": fit.law_form}
+            if fit.extension == "phi-trend-n":
+                row["at_n_unrolled"] = 10**fit.ext_ref
+            rows.append(row)
+    return rows
 
 
 def _budget_halves(table, law, fix_phi, restarts, seed, notes) -> dict[str, LawFit]:

@@ -28,6 +28,7 @@ from loopscale.accounting import ls_split
 from loopscale.config import ModelConfig
 from loopscale.config import replace as replace_config
 from loopscale.errors import UserError
+from loopscale.paper import paper_template
 
 
 class SkippedRunsWarning(UserWarning):
@@ -81,8 +82,6 @@ class RunTable:
         """
         if not np.all(np.isfinite(self.width)):
             raise UserError("the LS split needs a 'width' column (d_model) for every run")
-        from loopscale.fit.analyses import paper_template  # analyses imports this module
-
         template = template or paper_template()
         n_once, n_rec = np.empty(len(self)), np.empty(len(self))
         for i, (w, r) in enumerate(zip(self.width, self.r)):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,13 +26,15 @@ from pathlib import Path
 from loopscale.config import ModelConfig, from_dict
 from loopscale.errors import UserError
 from loopscale.fit import equivalence, load_table, plot_protocol, run_protocol
+from loopscale.fit.labels import count_label, flops_label, interval_text, percent_text
 from loopscale.fit.law import LOWER, PARAMS, UPPER, law_loss
-from loopscale.fit.plots import interval_text
+from loopscale.fit.plots import method_name, no_data_note, panel_grid
 from loopscale.fit.table import SkippedRunsWarning
 from loopscale.io import atomic_write, atomic_write_json, atomic_write_text
 from loopscale.paper import JOINT_FIT, PHI_CI
 from loopscale.report.document import Bullets, Document, Image, Pre, Section, Table
-from loopscale.sweep.collect import NO_TASKS, SE_PREFIX, TASKS_PREFIX, collect, read_results
+from loopscale.sweep.collect import collect
+from loopscale.sweep.results import NO_TASKS, SE_PREFIX, TASKS_PREFIX, read_results
 from loopscale.sweep.rundir import open_sweep
 
 PAPER_BUDGETS = "4.64e17–2.15e19 FLOPs"
@@ -45,14 +48,6 @@ class Report:
     fit_json: Path
     summary_line: str
     skipped: list[tuple[str, str]]  # (run, reason) left out of the fit
-
-
-def _m(x: float) -> str:
-    """A parameter or token count in readable units."""
-    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g}{unit}"
-    return f"{x:.3g}"
 
 
 def build_report(
@@ -89,17 +84,20 @@ def build_report(
     )
     doc = protocol.to_dict()
     skipped = list(table.skipped)
-    summary = summary_line(doc, len(table), len(rows), skipped, spec.name)
-
     baselines = _baselines(spec)
+    summary = summary_line(doc, len(table), len(rows), skipped, spec.name, _below_bigram(baselines, rows))
+
     figures = plot_protocol(protocol, table, folder / "plots", baselines["values"])
     plots = [p for p in figures if p.suffix == ".png"]
+    residual_figure = next((p for p in plots if p.stem == "residuals_vs_width"), None)
+    plots = [p for p in plots if p != residual_figure]  # shown once, in the law check
     plots += _axis_plots(rows, folder / "plots")
     doc["baselines"] = baselines
     report = Document(
         title=f"loopscale report: sweep {spec.name}",
         lead=_lead(doc, len(table), len(rows), _baseline_statement(baselines, rows)),
     )
+    report.sections.append(_law_check_section(doc, residual_figure))
     report.sections.append(_result_section(doc, table, template))
     report.sections.append(_fits_section(doc))
     report.sections.append(_frontier_section(doc))
@@ -132,11 +130,9 @@ def _level(doc) -> str:
 
 
 def _intervals_text(doc, digits: int = 3) -> str:
-    """The intervals for φ the protocol computed, side by side: bootstrap CI, profile-likelihood interval."""
-    parts = []
-    phi_ci = doc["ci"].get("phi")
-    if phi_ci:
-        parts.append(f"bootstrap {_level(doc)} CI {interval_text(phi_ci, digits=digits)}")
+    """The intervals for φ the protocol computed, side by side: ``ci.phi`` (named by ``ci.phi_method``, the
+    block bootstrap when fit.json names none), then the profile-likelihood interval."""
+    parts = [_main_interval_text(doc, digits)] if doc["ci"].get("phi") else []
     prof = doc["profile"]
     if prof:
         parts.append(
@@ -146,26 +142,101 @@ def _intervals_text(doc, digits: int = 3) -> str:
     return ", ".join(parts)
 
 
-def summary_line(doc, fitted: int, planned: int, skipped, sweep: str) -> str:
-    """The CLI's one line: the verdict first, then φ (marked when not identified), intervals, R², runs."""
-    diag, fit = doc["diagnostics"], doc["fit"]
-    line = diag["verdict"].rstrip(".") + ". "
+def _ci_method(doc) -> str | None:
+    """How ``ci.phi`` was made (fit.json ``ci_method``, e.g. "random_effects_bootstrap"); None for the cell
+    block bootstrap, the only interval before the law check (issue 19)."""
+    method = doc["ci"].get("phi_method") or doc.get("ci_method")
+    return None if method in (None, "cell_bootstrap") else str(method)
+
+
+def _main_interval_text(doc, digits: int = 3) -> str:
+    """``ci.phi``: "95% CI [lo, hi] (random-effects bootstrap)", or "bootstrap 95% CI [lo, hi]" when it is
+    the cell block bootstrap's."""
+    interval = interval_text(doc["ci"]["phi"], digits=digits)
+    method = _ci_method(doc)
+    if method is None:
+        return f"bootstrap {_level(doc)} CI {interval}"
+    return f"{_level(doc)} CI {interval} ({method_name(method)})"
+
+
+def _law_verdict(doc) -> str:
+    """The first sentence of the report and of the CLI line: what the law check (issue 19, fit.json
+    ``law_check``) says about the law, without φ. Rejected: its headline, the strongest evidence."""
+    check = doc.get("law_check")
+    if check is None:
+        return "law not checked (fit.json predates the law check)"
+    reasons = "; ".join(r for r in check.get("reasons") or [] if r)
+    verdict = check.get("verdict")
+    if verdict == "rejected":
+        return check.get("headline") or f"the law is rejected: {reasons or 'no reason recorded'}"
+    if verdict == "holds":  # its headline without φ, which the report gives with its interval next
+        headline = re.split(r";\s*(?:phi|φ)\s*=", check.get("headline") or "")[0].strip()
+        return headline or "the law holds on these runs (no test of the law check rejects it)"
+    return f"the law could not be checked: {reasons or check.get('headline') or 'no reason recorded'}"
+
+
+def _rejected(doc) -> bool:
+    return (doc.get("law_check") or {}).get("verdict") == "rejected"
+
+
+def _per_budget_text(check: dict) -> str:
+    """φ per budget with its CI and per budget half (the law check's refits), one phrase."""
+    items = [
+        f"C = {flops_label(row['budget'])}: {_num(row.get('phi'), '{:.2f}')} {_ci_text(row.get('ci'), 2)}"
+        for row in check.get("per_budget_phi") or []
+    ]
+    halves = check.get("halves") or {}
+    text = "per budget " + "; ".join(items) if items else "no per-budget φ"
+    half_items = [
+        f"{name} {_num(h.get('phi'), '{:.2f}')} {_ci_text(h.get('ci'), 2)}"
+        for name, h in halves.items()
+        if h
+    ]
+    if half_items:
+        text += "; budget halves: " + ", ".join(half_items)
+    return text
+
+
+def _ci_text(ci, digits: int = 3) -> str:
+    """An interval from fit.json, "[–]" when it is missing or has a missing end."""
+    if not ci or len(ci) != 2 or any(v is None for v in ci):
+        return "[–]"
+    return interval_text(ci, digits=digits)
+
+
+def summary_line(
+    doc, fitted: int, planned: int, skipped, sweep: str, bigram: tuple[int, int, float] | None = None
+) -> str:
+    """The CLI's one line (the last line of ``loopscale report`` and ``loopscale demo``): the law check's
+    verdict first, then φ (marked when the constant-φ law is rejected or φ is not identified) with its
+    intervals, R², the runs fitted and how many runs are below the bigram table (``bigram`` = (below,
+    finished runs, its loss in nats); None when the baselines are not available)."""
+    fit = doc["fit"]
+    line = _law_verdict(doc).rstrip(".") + ". "
     phi = fit.get("phi")  # absent for the plain Chinchilla law
     if phi is not None:
         details = [_intervals_text(doc) or "no interval computed"]
-        if diag["phi_identified"] is False:
+        if doc["diagnostics"]["phi_identified"] is False:
             details.insert(0, "not identified")
+        if _rejected(doc):
+            details.insert(0, "constant-φ law, rejected")
         line += f"phi = {phi:.3f} ({'; '.join(details)}), "
+    if bigram is None:
+        beside = "bigram table not available"
+    else:
+        below, finished, loss = bigram
+        beside = f"{below} of {finished} runs below the bigram table ({loss:.3f} nats)"
     return (
         line
         + f"R² = {fit['r2']:.4f}, {fitted} of {planned} runs fitted"
         + (f", {len(skipped)} left out" if skipped else "")
-        + f" [sweep {sweep}]"
+        + f", {beside} [sweep {sweep}]"
     )
 
 
 def _phi_statement(doc) -> str:
-    """φ with its intervals: bold only when identified, "(not identified)" when the protocol says so."""
+    """φ with its intervals: bold only when identified by a law the law check does not reject; plain with
+    "(not identified)" when the protocol says so; beside φ per budget when the constant-φ law is rejected."""
     fit, diag = doc["fit"], doc["diagnostics"]
     phi = fit.get("phi")
     if phi is None:
@@ -174,19 +245,25 @@ def _phi_statement(doc) -> str:
         return f"φ fixed at {phi:g} (not fitted)."
     intervals = _intervals_text(doc)
     tail = f": {intervals}." if intervals else " (no interval computed)."
-    if diag["phi_identified"] is True:
+    marker = {False: " (not identified)", None: " (identification not assessed)"}.get(
+        diag["phi_identified"], ""
+    )
+    if _rejected(doc):
+        return (
+            f"φ = {phi:.3f}{marker} is the constant-φ law's single number, which these runs reject: "
+            f"{intervals or 'no interval computed'}; {_per_budget_text(doc['law_check'])}."
+        )
+    if not marker:
         return f"**φ = {phi:.3f}**{tail}"
-    if diag["phi_identified"] is False:
-        return f"φ = {phi:.3f} (not identified){tail}"
-    return f"φ = {phi:.3f} (identification not assessed){tail}"
+    return f"φ = {phi:.3f}{marker}{tail}"
 
 
 def _quality_statement(doc) -> str:
     fit = doc["fit"]
     return (
         f"R² = {fit['r2']:.4f} (raw losses, nats) beside the objective that was minimised: "
-        f"{fit['objective']:.3e} (summed Huber, δ = {doc['settings']['huber_delta']:g}, on log loss). "
-        + doc["diagnostics"]["objective_note"]
+        f"{fit['objective']:.3e} (summed Huber, δ = {doc['settings']['huber_delta']:g}, on log loss); "
+        "why the two can rank forms differently: see Law fits."
     )
 
 
@@ -283,35 +360,201 @@ def _baselines(spec) -> dict:
     return {"values": values.to_dict(), "dataset": str(path), "note": None}
 
 
+def _below_bigram(baselines: dict, rows: list[dict]) -> tuple[int, int, float] | None:
+    """(finished runs below the bigram table, finished runs, the bigram table's loss in nats), or None
+    when the baselines are not available."""
+    values = baselines["values"]
+    if values is None:
+        return None
+    losses = [row["loss"] for row in rows if row.get("status") == "ok" and math.isfinite(row["loss"])]
+    return sum(loss < values["bigram"] for loss in losses), len(losses), values["bigram"]
+
+
 def _baseline_statement(baselines: dict, rows: list[dict]) -> str:
     values = baselines["values"]
     if values is None:
         return f"Count-model baselines (unigram / bigram loss of the validation tokens) {baselines['note']}"
-    losses = [row["loss"] for row in rows if row.get("status") == "ok" and math.isfinite(row["loss"])]
-    below = sum(loss < values["bigram"] for loss in losses)
+    below, finished, _ = _below_bigram(baselines, rows)
     return (
         f"Baselines on the same {values['val_tokens']:,} validation tokens: a unigram table scores "
         f"{values['unigram']:.3f} nats and a bigram table (Witten–Bell) {values['bigram']:.3f} nats; "
-        f"{below} of {len(losses)} finished runs are below the bigram table"
+        f"{below} of {finished} finished runs are below the bigram table"
         + (
             "."
-            if below == len(losses)
+            if below == finished
             else ": a run above it has learned less than token-pair statistics, so read φ with that in mind."
         )
     )
 
 
 def _lead(doc, fitted: int, planned: int, baseline: str | None = None) -> list:
+    """The first screen, each thing once: the law check's verdict (with φ and ``ci.phi`` in the same
+    paragraph when the law holds; its headline alone when it is rejected, φ per budget right under it),
+    why φ is not identified, the count baselines, the fit quality, the runs fitted."""
     diag = doc["diagnostics"]
-    blocks: list = [f"**Verdict:** {diag['verdict']}"]
-    if baseline:  # right under the verdict: a φ measured on runs worse than a bigram table is about token
-        blocks.append(baseline)  # statistics, not language, whatever the fit says
-    blocks.append(_phi_statement(doc))
+    verdict = f"**Verdict:** {_law_verdict(doc).rstrip('.')}"
+    if (doc.get("law_check") or {}).get("verdict") == "holds":
+        blocks: list = [f"{verdict}; {_phi_statement(doc)}"]
+    else:
+        blocks = [f"{verdict}.", _phi_statement(doc)]
     if diag["phi_identified"] is False and diag["reasons"]:
         blocks += ["Why φ is not identified:", Bullets(list(diag["reasons"]))]
+    if baseline:  # on the first screen: a φ measured on runs worse than a bigram table is about token
+        blocks.append(baseline)  # statistics, not language, whatever the fit says
     blocks.append(_quality_statement(doc))
     blocks.append(f"{fitted} of {planned} planned runs fitted.")
     return blocks
+
+
+# --- the law check (issue 19): does the law describe the runs at all? --------------------------------------
+
+
+_NOISE_SOURCE = {
+    "replicates": "the replicate seeds' variance",
+    "--noise": "the noise figure given with --noise",
+    "none": "no noise figure (no replicate seeds and no --noise)",
+}
+
+
+def _noise_text(check: dict) -> str:
+    noise = check.get("noise") or {}
+    source = noise.get("source") or "none"
+    if noise.get("sigma") is None or source == "none":
+        return (
+            "Noise: not known (no replicate seeds and no --noise), so nothing below is measured in noise "
+            "units and the lack-of-fit test is not run."
+        )
+    df = f" from {noise['df']} degrees of freedom" if noise.get("df") is not None else ""
+    ci = f", 95% CI {_ci_text(noise.get('ci'))}" if noise.get("ci") else ""
+    return f"Noise: σ = {noise['sigma']:.4f} nats{df} ({_NOISE_SOURCE.get(source, source)}{ci})."
+
+
+def _lack_of_fit_text(check: dict) -> str:
+    lof = check.get("lack_of_fit")
+    if not lof:
+        return "Lack-of-fit test: not run (no replicate seeds and no --noise to test the residuals against)."
+    name = "F" if lof.get("test") == "F" else "χ²"
+    df = lof.get("df")
+    df_text = "" if df is None else f" on {tuple(df)} df" if isinstance(df, list) else f" on {df} df"
+    source = _NOISE_SOURCE.get(lof.get("source"), lof.get("source") or "an unnamed noise figure")
+    return (
+        f"Lack-of-fit test: {name} = {_num(lof.get('statistic'), '{:.2f}')}{df_text}, "
+        f"p = {_num(lof.get('p'), '{:.2g}')}, against {source}: residual RMSE "
+        f"{_num(lof.get('rmse'), '{:.4f}')} nats against σ = {_num(lof.get('sigma'), '{:.4f}')} nats."
+    )
+
+
+def _law_check_section(doc, figure: Path | None = None) -> Section:
+    """The law check's evidence: leave-one-budget-out prediction, lack of fit, the one-parameter extensions
+    of the law, φ per budget and per half, the residual decomposition and residuals against width."""
+    check = doc.get("law_check")
+    if check is None:
+        return Section(
+            "Law check",
+            [
+                "Law not checked (fit.json predates the law check): nothing here says whether one constant φ "
+                "describes these runs; rerun `loopscale fit` or `loopscale report` with this version."
+            ],
+        )
+    blocks: list = []
+    # the verdict is the report's first line; an untestable one gives its reasons there, the others here
+    if check.get("reasons") and check.get("verdict") in ("rejected", "holds"):
+        reasons = Bullets([str(reason) for reason in check["reasons"]])
+        blocks += [f"The tests behind the verdict ({check['verdict']}):", reasons]
+    blocks.append(_noise_text(check))
+    lobo = check.get("leave_one_budget_out") or []
+    if lobo:
+        blocks.append(
+            "Leave one budget out: fit without it, predict it (the top budget is the extrapolation a user "
+            "relies on); RMSE and bias (observed − predicted) in nats and in units of the noise σ:"
+        )
+        tested = any("F" in row for row in lobo)  # a test of each prediction, when the check made one
+        blocks.append(
+            Table(
+                ["C (FLOPs)", "runs", "RMSE (nats)", "bias (nats)", "RMSE / σ", "bias / σ"]
+                + (["F", "p"] if tested else []),
+                [
+                    [
+                        _num(row.get("budget"), flops_label),
+                        _num(row.get("n")),
+                        _num(row.get("rmse"), "{:.4f}"),
+                        _num(row.get("bias"), "{:+.4f}"),
+                        _num(row.get("rmse_over_noise"), "{:.1f}"),
+                        _num(row.get("bias_over_noise"), "{:+.1f}"),
+                    ]
+                    + ([_num(row.get("F"), "{:.2f}"), _num(row.get("p"), "{:.2g}")] if tested else [])
+                    for row in lobo
+                ],
+            )
+        )
+    else:
+        blocks.append("Leave one budget out: not available (fewer than two budgets).")
+    blocks.append(_lack_of_fit_text(check))
+    extensions = check.get("extensions") or []
+    if extensions:
+        selected = check.get("selected_form")
+        blocks.append(
+            "One-parameter extensions of the law (each against the constant-φ law: likelihood-ratio "
+            "statistic LR, AIC, residual RMSE and leave-one-budget-out RMSE; CI from the cell bootstrap)"
+            + (f"; selected form: {selected}." if selected else ".")
+        )
+        header = ["form", "extra parameter", "estimate", "CI", "base φ", "LR", "p", "AIC", "RMSE"]
+        blocks.append(
+            Table(
+                [*header, "leave-out RMSE"],
+                [
+                    [
+                        str(e.get("form")) + (" (selected)" if e.get("form") == selected else ""),
+                        str(e.get("label") or ""),
+                        _num(e.get("estimate"), "{:+.3f}"),
+                        _ci_text(e.get("ci")),
+                        _num(e.get("phi0"), "{:.3f}"),
+                        _num(e.get("lr"), "{:.1f}"),
+                        _num(e.get("p"), "{:.2g}"),
+                        _num(e.get("aic"), "{:.1f}"),
+                        _num(e.get("rmse"), "{:.4f}"),
+                        _num(e.get("lobo_rmse"), "{:.4f}"),
+                    ]
+                    for e in extensions
+                ],
+            )
+        )
+    per_budget = check.get("per_budget_phi") or []
+    halves = check.get("halves") or {}
+    if per_budget or halves:
+        rows = [
+            [
+                f"C = {flops_label(row['budget'])}",
+                _num(row.get("n")),
+                _num(row.get("phi"), "{:.3f}"),
+                _ci_text(row.get("ci")),
+            ]
+            for row in per_budget
+        ]
+        rows += [
+            [
+                f"{name} half ({', '.join(flops_label(b) for b in h.get('budgets') or [])})",
+                _num(h.get("n")),
+                _num(h.get("phi"), "{:.3f}"),
+                _ci_text(h.get("ci")),
+            ]
+            for name, h in halves.items()
+            if h
+        ]
+        blocks.append("φ refitted per budget and per half of the budgets (E, α, β shared within a refit):")
+        blocks.append(Table(["refit on", "runs", "φ", "CI"], rows))
+    shares = check.get("decomposition") or {}
+    shares = {k: v for k, v in shares.items() if v is not None}
+    if shares:
+        names = {"r_x_width": "r × width", "budget_x_r": "budget × r"}
+        blocks.append(
+            "Share of the residual sum of squares explained by the group means: "
+            + ", ".join(f"{names.get(k, k)} {percent_text(v)}" for k, v in shares.items())
+            + " (a law that describes the runs leaves residuals no grouping explains)."
+        )
+    if figure is not None:
+        blocks.append(Image(figure, _caption(figure)))
+    return Section("Law check", blocks)
 
 
 _SYMBOL = {"alpha": "α", "beta": "β", "phi": "φ"}
@@ -342,7 +585,7 @@ def _bounds_blocks(doc) -> list:
     if share:
         items.append(
             "bootstrap resamples with the parameter at an edge: "
-            + ", ".join(f"{_SYMBOL.get(k, k)} {100 * v:.0f}%" for k, v in share.items())
+            + ", ".join(f"{_SYMBOL.get(k, k)} {percent_text(v)}" for k, v in share.items())
         )
     if not items:
         return ["No fitted parameter sits at an edge of the fit box (method §8.3)."]
@@ -370,6 +613,11 @@ def _overlap_text(name: str, ours, theirs) -> str:
 
 def _paper_comparison(doc) -> str:
     paper = f"φ = {JOINT_FIT['phi']}, 95% CI [{PHI_CI[0]}, {PHI_CI[1]}] at {PAPER_BUDGETS}"
+    if _rejected(doc):
+        return (
+            f"No comparison with the paper ({paper}) is made: these runs reject one constant φ (law check), "
+            "so its single number is not a measurement to compare."
+        )
     if not _identified(doc):
         return (
             f"No comparison with the paper ({paper}) is made: φ is not identified by this sweep, so its "
@@ -377,7 +625,8 @@ def _paper_comparison(doc) -> str:
         )
     parts = []
     if doc["ci"].get("phi"):
-        parts.append(_overlap_text("bootstrap CI", doc["ci"]["phi"], PHI_CI))
+        name = "bootstrap CI" if _ci_method(doc) is None else f"{method_name(_ci_method(doc))} CI"
+        parts.append(_overlap_text(name, doc["ci"]["phi"], PHI_CI))
     prof = doc["profile"]
     if prof and not any(prof["open"]):
         parts.append(_overlap_text("profile interval", prof["interval"], PHI_CI))
@@ -390,19 +639,20 @@ def _paper_comparison(doc) -> str:
 def _interval_rows(doc) -> list[list[str]]:
     rows = []
     boot = doc["bootstrap"]
+    method = _ci_method(doc)
+    cells = f"{boot['resamples']} resamples of {boot['cells']} (budget, r) cells" if boot else ""
     if doc["ci"].get("phi"):
         lo, hi = doc["ci"]["phi"]
-        rows.append(
-            [
-                "block bootstrap (percentile)",
-                _level(doc),
-                f"{lo:.3f}",
-                f"{hi:.3f}",
-                f"{boot['resamples']} resamples of {boot['cells']} (budget, r) cells",
-            ]
-        )
+        name = "block bootstrap (percentile)" if method is None else method_name(method)
+        how = cells if method is None else "the interval reported with φ (law check, issue 19)"
+        rows.append([name, _level(doc), _num(lo, "{:.3f}"), _num(hi, "{:.3f}"), how])
     else:
         rows.append(["block bootstrap (percentile)", "", "–", "–", "not computed (bootstrap off)"])
+    for name, interval in (doc.get("ci_secondary") or {}).items():
+        if name in ("profile", method or "cell_bootstrap") or not interval:
+            continue  # the profile has its own row below; the reported interval is above
+        how = f"secondary: {cells}" if name == "cell_bootstrap" else "secondary"
+        rows.append([method_name(name), _level(doc), *(_num(v, "{:.3f}") for v in interval), how])
     prof = doc["profile"]
     if prof:
         ends = [
@@ -436,7 +686,7 @@ def _agreement(doc) -> str:
 def _result_section(doc, table, template) -> Section:
     fit, diag = doc["fit"], doc["diagnostics"]
     phi = fit.get("phi")
-    blocks: list = [_phi_statement(doc)]
+    blocks: list = []  # φ itself is on the first screen; here its intervals side by side
     if phi is not None and doc["settings"].get("fix_phi") is None:
         blocks.append(Table(["interval for φ", "level", "lower", "upper", "how"], _interval_rows(doc)))
         agreement = _agreement(doc)
@@ -448,17 +698,17 @@ def _result_section(doc, table, template) -> Section:
     if diag["phi_identified"] is False:
         blocks.append("Why φ is not identified: see the list at the top of this report.")
     blocks += _bounds_blocks(doc)
-    caveat = (
-        ""
-        if _identified(doc)
-        else " (from the point estimate of a φ that is not identified: an illustration, not a finding)"
-    )
+    caveat = ""
+    if _rejected(doc):
+        caveat = " (from the constant-φ law these runs reject: an illustration, not a finding)"
+    elif not _identified(doc):
+        caveat = " (from the point estimate of a φ that is not identified: an illustration, not a finding)"
     if doc["loop_worth"]:
         blocks.append(
             f"What one loop is worth{caveat}: "
             + "; ".join(
                 f"r = {w['r']} loops ≈ {w['worth']:.2f} unique blocks "
-                f"({100 * w['fraction']:.0f}% of full equivalence)"
+                f"({percent_text(w['fraction'])} of full equivalence)"
                 for w in doc["loop_worth"]
             )
             + "."
@@ -474,13 +724,13 @@ def _result_section(doc, table, template) -> Section:
             blocks.append(f"No equivalence statement: {exc}")
         else:
             blocks.append(
-                f"Equivalence at this scale{caveat}: next to an r = 1 model with {_m(params)} non-embedding "
-                f"parameters (d ≈ {eq['width']:.0f}), the r = {r} model of the same width has "
-                f"{_m(eq['unique_params'])} unique parameters ({eq['unique_ratio']:.2f}×) and is worth "
-                f"{_m(eq['effective_params'])} non-looped "
+                f"Equivalence at this scale{caveat}: next to an r = 1 model with {count_label(params)} "
+                f"non-embedding parameters (d ≈ {eq['width']:.0f}), the r = {r} model of the same width has "
+                f"{count_label(eq['unique_params'])} unique parameters ({eq['unique_ratio']:.2f}×) and is "
+                f"worth {count_label(eq['effective_params'])} non-looped "
                 f"parameters ({eq['effective_ratio']:.2f}×, r^φ = {eq['worth']:.2f}), while it costs "
                 f"{eq['flops_ratio']:.3f}× the training FLOPs per token, as much as an r = 1 model with "
-                f"{_m(eq['cost_equivalent_params'])} parameters."
+                f"{count_label(eq['cost_equivalent_params'])} parameters."
             )
     for note in doc["notes"]:
         blocks.append(f"Note: {note}")
@@ -518,10 +768,13 @@ def _fits_section(doc) -> Section:
         "Residuals of the joint fit (observed − predicted, nats), per r:",
         Table(["r", "n", "mean", "max abs", "RMSE"], res_rows),
     ]
-    if doc["ci"]:
+    intervals = {k: v for k, v in doc["ci"].items() if isinstance(v, list | tuple) and len(v) == 2}
+    if intervals:
+        method = _ci_method(doc)
         blocks.append(
-            f"{_level(doc)} block-bootstrap CIs: "
-            + ", ".join(f"{k} [{lo:.4g}, {hi:.4g}]" for k, (lo, hi) in doc["ci"].items())
+            f"{_level(doc)} CIs ({method_name(method) if method else 'cell block bootstrap'})"
+            + ": "
+            + ", ".join(f"{k} [{_num(a, '{:.4g}')}, {_num(b, '{:.4g}')}]" for k, (a, b) in intervals.items())
             + "."
         )
     return Section("Law fits (Huber on log loss, L-BFGS-B, method §8)", blocks)
@@ -544,7 +797,7 @@ def _frontier_section(doc) -> Section:
                 why.append(f"at the edge of the legal widths (d = {row['width']:.0f})")
             if row.get("within_widths_run") is False:
                 why.append(f"outside the widths run (d = {row['width']:.0f})")
-            head = [f"{row['budget']:.3g}", r]
+            head = [flops_label(row["budget"]), r]
             if why:
                 unidentified_r.add(r)
                 rows.append([*head, "not identified: " + ", ".join(why), "–", "–", "–", "–", "–"])
@@ -553,9 +806,9 @@ def _frontier_section(doc) -> Section:
                 [
                     *head,
                     f"{row['width']:.0f}",
-                    _m(row["n"]),
-                    _m(row["n_eff"]),
-                    _m(row["tokens"]),
+                    count_label(row["n"]),
+                    count_label(row["n_eff"]),
+                    count_label(row["tokens"]),
                     f"{row['loss']:.4f}",
                     "" if r == "1" else f"{gap:+.4f}",
                 ]
@@ -582,14 +835,13 @@ def _minima_section(doc) -> Section:
     gaps = {(g["budget"], g["r"]): g["gap"] for g in doc["cell_gaps"]}
     rows = []
     for m in doc["cell_minima"]:
-        head = [f"{m['budget']:.3g}", str(m["r"]), str(m["n_runs"])]
+        head = [flops_label(m["budget"]), str(m["r"]), str(m["n_runs"])]
         if not m["bracketed"]:  # no vertex numbers: an extrapolated vertex can be absurd
             rows.append([*head, "not bracketed", "–", "–", m["reason"]])
             continue
         gap = gaps.get((m["budget"], m["r"]))
-        rows.append(
-            [*head, _m(m["n_star"]), f"{m['loss_star']:.4f}", "–" if gap is None else f"{gap:+.4f}", ""]
-        )
+        gap_text = "–" if gap is None else f"{gap:+.4f}"
+        rows.append([*head, count_label(m["n_star"]), f"{m['loss_star']:.4f}", gap_text, ""])
     bracketed = sum(m["bracketed"] for m in doc["cell_minima"])
     return Section(
         "Empirical iso-FLOP minima (parabola in log N per cell, method §8.7)",
@@ -603,12 +855,16 @@ def _minima_section(doc) -> Section:
     )
 
 
-def _num(value, fmt: str = "{:.0f}") -> str:
+def _num(value, fmt="{:.0f}") -> str:
+    """A table cell: ``fmt`` (a format string or a function such as ``flops_label``) of a finite number,
+    "–" for anything else (None, NaN, text)."""
     try:
         value = float(value)
     except (TypeError, ValueError):
         return "–"
-    return fmt.format(value) if math.isfinite(value) else "–"
+    if not math.isfinite(value):
+        return "–"
+    return fmt(value) if callable(fmt) else fmt.format(value)
 
 
 def _runs_section(rows: list[dict], skipped: list[tuple[str, str]], fit: dict) -> Section:
@@ -647,7 +903,7 @@ def _runs_section(rows: list[dict], skipped: list[tuple[str, str]], fit: dict) -
         table.append(
             [
                 str(row["run"]),
-                _num(row.get("budget"), "{:.3g}"),
+                _num(row.get("budget"), flops_label),
                 _num(row.get("width")),
                 str(row["r"]),
                 _num(row.get("n")),
@@ -683,6 +939,9 @@ def _caption(path: Path) -> str:
         "interval (shaded), the bootstrap CI (dashed) and φ̂.",
         "phi_bootstrap": "Block-bootstrap distribution of φ with the point estimate and the 95% CI.",
         "residuals": "Residuals of the joint fit (observed − predicted, nats) against N and D.",
+        "residuals_vs_width": "Residuals of the fit (observed − predicted, nats) against width, one panel "
+        "per r, coloured by budget, with the mean per width: a law that describes the runs leaves a flat "
+        "band around 0 in every panel.",
         "frontier": "Compute-optimal loss L* and size N* per r from the fitted law.",
         "axes": "Downstream axis continuation loss against validation loss, per r (loopscale eval-sweep).",
     }.get(path.stem, path.stem)
@@ -718,7 +977,7 @@ def _axes_section(rows: list[dict]) -> Section | None:
     table = Table(
         ["C (FLOPs)", "r", "run", "val loss", *(a.removeprefix("axis_") for a in axes)],
         [
-            [f"{budget:.3g}", str(r), row["run"], cell(row["loss"]), *(with_se(row, a) for a in axes)]
+            [flops_label(budget), str(r), row["run"], cell(row["loss"]), *(with_se(row, a) for a in axes)]
             for (budget, r), row in sorted(best.items())
         ],
     )
@@ -753,7 +1012,7 @@ def _axis_gaps(best: dict[tuple[float, int], dict], axes: list[str]) -> list:
                     continue
                 gap, se = a - b, math.hypot(sa, sb)
                 cells.append(f"{gap:+.3f} ± {se:.3f}" + ("" if abs(gap) > 2 * se else " (not resolved)"))
-            body.append([f"{budget:.3g}", str(r), *cells])
+            body.append([flops_label(budget), str(r), *cells])
     if not body:
         return []
     note = ("Gap to r = 1 at the same budget (axis loss of the looped model minus r = 1's, nats; positive = "
@@ -822,11 +1081,28 @@ def _axis_task_lists(rows: list[dict]) -> list:
 
 
 def _axis_plots(rows: list[dict], out_dir: Path) -> list[Path]:
-    """Axis continuation loss vs validation loss (nats), one panel per axis, coloured by r."""
+    """axes.png: ``axis_figure`` of the rows (nothing when no run was evaluated)."""
+    fig = axis_figure(rows)
+    if fig is None:
+        return []
+    import matplotlib.pyplot as plt
+
+    path = out_dir / "axes.png"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=130, bbox_inches="tight"))
+    finally:
+        plt.close(fig)
+    return [path]
+
+
+def axis_figure(rows: list[dict]):
+    """Axis continuation loss vs validation loss (nats), one panel per axis, coloured by r; a panel whose
+    axis no run has a loss on says "no data". None without axis columns or finished runs."""
     axes = _axis_columns(rows)
     ok = [row for row in rows if row["status"] == "ok"]
     if not axes or not ok:
-        return []
+        return None
     import matplotlib
 
     matplotlib.use("Agg")
@@ -834,10 +1110,8 @@ def _axis_plots(rows: list[dict], out_dir: Path) -> list[Path]:
 
     rs = sorted({row["r"] for row in ok})
     colors = {r: plt.cm.viridis(i / max(1, len(rs) - 1)) for i, r in enumerate(rs)}
-    cols = min(3, len(axes))
-    fig, grid = plt.subplots(
-        -(-len(axes) // cols), cols, figsize=(4.5 * cols, 3.6 * -(-len(axes) // cols)), squeeze=False
-    )
+    n_rows, cols = panel_grid(len(axes))
+    fig, grid = plt.subplots(n_rows, cols, figsize=(4.5 * cols, 3.6 * n_rows), squeeze=False)
     for ax, name in zip(grid.flat, axes):
         for r in rs:
             pts = [
@@ -847,13 +1121,13 @@ def _axis_plots(rows: list[dict], out_dir: Path) -> list[Path]:
             ]
             if pts:
                 ax.scatter(*zip(*pts), color=colors[r], s=16, label=f"r={r}")
+        if not ax.has_data():  # an axis whose tasks had no data (e.g. math_word_problems without ASDiv)
+            no_data_note(ax, "no data: no run has a loss on this axis")
         ax.set(title=name.removeprefix("axis_"), xlabel="validation loss (nats)", ylabel="axis loss (nats)")
     for ax in list(grid.flat)[len(axes) :]:
         ax.set_visible(False)
-    grid.flat[0].legend(fontsize=8)
+    with_data = [ax for ax in grid.flat if ax.get_legend_handles_labels()[0]]
+    if with_data:
+        with_data[0].legend(fontsize=8)
     fig.tight_layout()
-    path = out_dir / "axes.png"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=130, bbox_inches="tight"))
-    plt.close(fig)
-    return [path]
+    return fig

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -27,7 +27,9 @@ from typing import TextIO
 from loopscale.errors import UserError
 from loopscale.io import atomic_write_json
 from loopscale.sweep.plan import PlannedRun, format_seconds
+from loopscale.sweep.relay import wait_for_next_run
 from loopscale.sweep.rundir import EXIT_FILE, LOG_FILE, RESULT_FILE, RUN_CONFIG_FILE, run_dir, run_state
+from loopscale.train.perf import machine_load
 
 # Exit statuses of a training process stopped on purpose (Ctrl-C, scancel, preemption).
 _STOPPED = {-signal.SIGTERM, -signal.SIGINT, 128 + signal.SIGTERM, 128 + signal.SIGINT}
@@ -76,6 +78,21 @@ def train_command(
             *args,
         ]
     return [sys.executable, "-m", "loopscale", *args]
+
+
+def loggable_command(command: list[str], folder: Path) -> str:
+    """A run's command line as train.log records it: the interpreter by its name and paths inside the run
+    folder relative to it (``--config run.yaml --out .``), marked ``[in the run folder]``, so a published
+    sweep carries no absolute path of the machine that ran it."""
+    inside = str(folder)
+    words = []
+    for word in command:
+        if word == sys.executable:
+            word = Path(word).name
+        elif word == inside or word.startswith(inside + os.sep):
+            word = os.path.relpath(word, inside)
+        words.append(word)
+    return "[in the run folder] " + " ".join(words)
 
 
 def classify_exit(returncode: int, log_tail: str) -> str:
@@ -155,7 +172,7 @@ def _execute_run(root: Path, name: str, nproc: int, threads: int | None, overrid
         )
         log_path = folder / LOG_FILE
         with open(log_path, "a") as log:
-            log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(command)}\n")
+            log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {loggable_command(command, folder)}\n")
             log.flush()
             proc = subprocess.Popen(
                 command,
@@ -197,26 +214,66 @@ _stopping = threading.Event()  # set when the local executor is interrupted
 class Progress:
     """Whole-sweep progress: runs done / total, failures, the runs in flight and an ETA.
 
-    The ETA divides the training FLOPs still to run by the FLOP rate measured on the runs finished in this
-    invocation (so it includes process start and evaluation overheads).
+    Counts come from the sweep folder, not from this process: a run is done when its result.json exists
+    (whichever sweep process on the folder finished it). The ETA divides the training FLOPs of the runs
+    still without result.json by the FLOP rate of the runs finished since this invocation started (so it
+    includes process start and evaluation overheads, and every process working on the folder). ``busy``:
+    the hint printed beside the ETA when other work loaded the machine as a local sweep started
+    (``perf.MachineLoad.note``).
     """
 
-    total: int
+    root: Path
+    runs: list[PlannedRun]
     stream: TextIO | None = None  # None: the current sys.stderr
+    running: list[str] = field(default_factory=list)
+    start: float = field(default_factory=time.monotonic)
+    busy: str | None = None
     done: int = 0
     failed: int = 0
     remaining_flops: int = 0
     finished_flops: int = 0
-    running: list[str] = field(default_factory=list)
-    start: float = field(default_factory=time.monotonic)
+    unfinished_at_start: frozenset[str] = field(init=False, default=frozenset())
+
+    def __post_init__(self) -> None:
+        self.unfinished_at_start = frozenset(self.statuses_on_disk()[1])
+        self.recount()
+
+    @property
+    def total(self) -> int:
+        return len(self.runs)
+
+    def statuses_on_disk(self) -> tuple[dict[str, str], list[str]]:
+        """({run: ok | failed} of the runs with result.json, [the runs without one])."""
+        finished, unfinished = {}, []
+        for run in self.runs:
+            if (run_dir(self.root, run.name) / RESULT_FILE).exists():
+                try:
+                    finished[run.name] = run_state(self.root, run.name).status
+                except UserError:  # a damaged result.json: done, and collect names it
+                    finished[run.name] = "failed"
+            else:
+                unfinished.append(run.name)
+        return finished, unfinished
+
+    def recount(self) -> None:
+        """Read the counts from the sweep folder."""
+        finished, unfinished = self.statuses_on_disk()
+        flops = {run.name: run.total_flops for run in self.runs}
+        self.done = len(finished)
+        self.failed = sum(status == "failed" for status in finished.values())
+        self.remaining_flops = sum(flops[name] for name in unfinished)
+        self.finished_flops = sum(flops[name] for name in finished if name in self.unfinished_at_start)
 
     def eta(self) -> str:
         elapsed = time.monotonic() - self.start
         if self.finished_flops == 0 or elapsed <= 0:
-            return "ETA after the first run"
-        return f"ETA {format_seconds(self.remaining_flops / (self.finished_flops / elapsed))}"
+            eta = "ETA after the first run"
+        else:
+            eta = f"ETA {format_seconds(self.remaining_flops / (self.finished_flops / elapsed))}"
+        return f"{eta} ({self.busy})" if self.busy else eta
 
     def show(self, event: str) -> None:
+        self.recount()
         elapsed = format_seconds(time.monotonic() - self.start)
         current = ", ".join(self.running) if self.running else "-"
         failed = f", {self.failed} failed" if self.failed else ""
@@ -233,14 +290,20 @@ def _start(
     root: Path, runs: list[PlannedRun], stream: TextIO | None
 ) -> tuple[dict[str, str], list[PlannedRun], Progress]:
     """Statuses now, the runs to (re)run — every run without result.json, including runs whose process was
-    killed or crashed (they resume from their checkpoint) — and a Progress counting the finished ones."""
+    killed or crashed (they resume from their checkpoint) — and a Progress counting the sweep folder."""
     states = {run.name: run_state(root, run.name) for run in runs}
     todo = [run for run in runs if states[run.name].result is None]
-    progress = Progress(total=len(runs), stream=stream)
-    progress.done = len(runs) - len(todo)
-    progress.failed = sum(1 for s in states.values() if s.result is not None and s.status == "failed")
-    progress.remaining_flops = sum(run.total_flops for run in todo)
+    progress = Progress(root, runs, stream)
     return {name: state.status for name, state in states.items()}, todo, progress
+
+
+def final_statuses(root: Path, statuses: dict[str, str]) -> dict[str, str]:
+    """``statuses`` with every run another sweep process was running (``busy``) replaced by its state on
+    disk once it finished there (result.json present): a finished run is never reported as running."""
+    finished = {name for name, status in statuses.items()
+                if status == "busy" and (run_dir(root, name) / RESULT_FILE).exists()}
+    return {name: run_state(root, name).status if name in finished else status
+            for name, status in statuses.items()}
 
 
 def _event(root: Path, name: str, status: str) -> str:
@@ -276,6 +339,7 @@ def run_local(
     if workers < 1:
         raise UserError(f"--workers must be >= 1, got {workers}")
     statuses, todo, progress = _start(root, runs, stream)
+    progress.busy = machine_load().note("ETA may be longer")  # measured before this sweep adds its own load
     progress.show(f"{progress.done} finished before, {len(todo)} to run with {workers} worker(s)")
     _stopping.clear()
     pool = ThreadPoolExecutor(max_workers=workers)
@@ -289,17 +353,13 @@ def run_local(
                 futures[pool.submit(execute_run, root, run.name, nproc, threads, override_threads)] = run
                 progress.running.append(run.name)
                 progress.show(f"start {run.name}")
-            finished, _ = wait(futures, return_when=FIRST_COMPLETED)
+            # until a run finishes there is no ETA: show the running runs' steps meanwhile
+            finished = wait_for_next_run(root, futures, relay=progress.finished_flops == 0)
             for future in finished:
                 run = futures.pop(future)
                 status = future.result()
                 statuses[run.name] = status
                 progress.running.remove(run.name)
-                progress.remaining_flops -= run.total_flops
-                if status in ("ok", "failed"):
-                    progress.done += 1
-                    progress.finished_flops += run.total_flops
-                progress.failed += status == "failed"
                 progress.show(_event(root, run.name, status))
     except BaseException:
         _stopping.set()
@@ -309,7 +369,7 @@ def run_local(
         _wait_for_runs(pool, progress)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    return statuses
+    return final_statuses(root, statuses)
 
 
 def _wait_for_runs(pool: ThreadPoolExecutor, progress: Progress) -> None:
@@ -444,9 +504,5 @@ def run_slurm(
                     )
                 status = run_state(root, run.name).status
             statuses[run.name] = status
-            progress.remaining_flops -= run.total_flops
-            progress.finished_flops += run.total_flops
-            progress.done += status in ("ok", "failed")
-            progress.failed += status == "failed"
             progress.show(_event(root, run.name, status))
     return statuses

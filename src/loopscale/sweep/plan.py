@@ -20,24 +20,9 @@ from dataclasses import dataclass, field
 from loopscale.config import ModelConfig, to_dict
 from loopscale.errors import UserError
 from loopscale.paper import grid_runs
+from loopscale.progress import progress_bar
+from loopscale.sweep.results import PLAN_COLUMNS, read_results
 from loopscale.sweep.spec import RunGroup, SweepSpec
-
-PLAN_COLUMNS = (
-    "run",
-    "group",
-    "budget",
-    "width",
-    "r",
-    "bptt_k",
-    "seed",
-    "n",
-    "n_once",
-    "n_rec",
-    "flops_per_token",
-    "steps",
-    "tokens",
-    "total_flops",
-)
 
 
 @dataclass(frozen=True)
@@ -101,8 +86,9 @@ def plan_sweep(spec: SweepSpec) -> list[PlannedRun]:
         for cell in group.grid:
             for width in cell.widths:
                 for r in group.rs:
-                    for seed in spec.seeds:
-                        name = run_name(group, cell.budget, width, r, seed, len(spec.seeds))
+                    seeds = spec.seeds if group.seeds is None else group.seeds
+                    for seed in seeds:
+                        name = run_name(group, cell.budget, width, r, seed, len(seeds))
                         try:
                             model = spec.model_config(group, width, r)
                             (row,) = grid_runs(
@@ -157,19 +143,26 @@ def run_train_config(spec: SweepSpec, run: PlannedRun) -> dict:
     }
 
 
-def check_runnable(spec: SweepSpec, runs: list[PlannedRun]) -> None:
+def check_runnable(spec: SweepSpec, runs: list[PlannedRun], *, data: bool = True) -> None:
     """Check every run as the training run will (config, dataset, batch split, LR transfer) so bad input
-    fails with one line before anything runs, not as a column of failed runs. Imports torch."""
+    fails with one line before anything runs, not as a column of failed runs. Imports torch.
+
+    ``data=False`` (``plan``): each run's config only (unknown keys, bad values), refused exactly as a
+    sweep refuses it, without the dataset (which need not exist yet) and without torch."""
     from loopscale.config import from_dict
-    from loopscale.data import PackedDataset
-    from loopscale.train import plan_run, tracking
     from loopscale.train.config import TrainConfig
-    from loopscale.train.optim import peak_learning_rates
+
+    if data:
+        from loopscale.data import PackedDataset
+        from loopscale.train import plan_run, tracking
+        from loopscale.train.optim import peak_learning_rates
 
     datasets: dict[str, PackedDataset] = {}
     for run in runs:
         try:
             cfg = from_dict(TrainConfig, run_train_config(spec, run), "train")
+            if not data:
+                continue
             tracking.require(cfg.tracker)
             if cfg.data.path not in datasets:
                 datasets[cfg.data.path] = PackedDataset(cfg.data.path)
@@ -343,8 +336,6 @@ class MeasuredTimes(WallEstimate):
     @classmethod
     def from_table(cls, path, workers: int) -> MeasuredTimes:
         """From a ``results.csv`` that ``loopscale collect`` wrote (finished runs with ``train_time_s``)."""
-        from loopscale.sweep.collect import read_results
-
         per_step: dict[tuple[int, int], list[float]] = {}
         overheads = []
         for row in read_results(path):
@@ -419,13 +410,6 @@ def measure_throughput(
     model is too expensive to probe here (e.g. the paper grid on a CPU). Units: accounting FLOPs (method §4.2)
     per second; excludes process start, compilation and the final evaluation.
     """
-    import torch
-
-    from loopscale.config import from_dict
-    from loopscale.model import LoopedGPT
-    from loopscale.train.config import TrainConfig
-    from loopscale.train.optim import build_optimizers, lr_data_tokens, peak_learning_rates
-
     by_width: dict[int, PlannedRun] = {}
     for run in runs:
         by_width.setdefault(run.width, run)
@@ -437,57 +421,70 @@ def measure_throughput(
     if not affordable:
         return None
     chosen = sorted({affordable[0], affordable[len(affordable) // 2], affordable[-1]})
-    rates, eval_rates, device, val_tokens = {}, {}, "cpu", 0
-    load = os.getloadavg()[0] / (os.cpu_count() or 1) if hasattr(os, "getloadavg") else None
-    torch.manual_seed(0)
-    threads_before = torch.get_num_threads()
-    threads = max(1, (os.cpu_count() or 1) // workers)  # what each of ``workers`` CPU runs gets
-    torch.set_num_threads(threads)
-    # Two passes over the widths, the second one kept: the first pass in a fresh process reads up to 40%
-    # low (the demo's d = 16: 10–12 GFLOP/s against 15–18 in the second pass and 17–18 in its real runs).
-    for width in [*chosen, *chosen]:
-        run = by_width[width]
-        cfg = from_dict(TrainConfig, run_train_config(spec, run), "train")
-        device = (
-            "cuda"
-            if cfg.device == "auto" and torch.cuda.is_available()
-            else cfg.device.replace("auto", "cpu")
-        )
-        rows = max(1, min(cfg.batch_rows, int(max_probe_flops // (run.flops_per_token * run.model.seq_len))))
-        model = LoopedGPT(run.model).to(device)
-        tokens = lr_data_tokens(cfg, run.flops_per_token)
-        lrs = peak_learning_rates(cfg.optim, run.model, cfg.batch_tokens, tokens)
-        optimizers = build_optimizers(model, cfg.optim, lrs, torch.device(device).type)
-        idx = torch.randint(0, run.model.vocab_size, (rows, run.model.seq_len + 1), device=device)
-        # Small models need many steps (3 read the demo's d = 16 26% low); large ones stop after 3 steps
-        # once min_seconds are timed.
-        elapsed, timed = 0.0, 0
-        for step in range(steps + WARMUP_STEPS):
-            start = time.perf_counter()
-            model(idx[:, :-1], idx[:, 1:]).backward()
-            for opt in optimizers:
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
-            if step >= WARMUP_STEPS:
-                elapsed += time.perf_counter() - start
-                timed += 1
-                if timed >= 3 and elapsed >= min_seconds:
-                    break
-        rates[width] = run.flops_per_token * rows * run.model.seq_len * timed / elapsed
-        # the final evaluation: forward passes of the same rows without gradients (train/loop.py)
-        model.eval()
-        with torch.no_grad():
-            model(idx[:, :-1], idx[:, 1:], reduction="none")
-            start = time.perf_counter()
-            model(idx[:, :-1], idx[:, 1:], reduction="none")
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
-            eval_rates[width] = rows * run.model.seq_len / (time.perf_counter() - start)
-        val_tokens = cfg.data.val_tokens or 0
-        del model, optimizers
-    torch.set_num_threads(threads_before)
+    # one unit per probed model (two passes) and one for the process start; the bar covers torch's import
+    with progress_bar(2 * len(chosen) + 1, "throughput probe", "model") as advance:
+        import torch
+
+        from loopscale.config import from_dict
+        from loopscale.model import LoopedGPT
+        from loopscale.train.config import TrainConfig
+        from loopscale.train.optim import build_optimizers, lr_data_tokens, peak_learning_rates
+
+        rates, eval_rates, device, val_tokens = {}, {}, "cpu", 0
+        load = os.getloadavg()[0] / (os.cpu_count() or 1) if hasattr(os, "getloadavg") else None
+        torch.manual_seed(0)
+        threads_before = torch.get_num_threads()
+        threads = max(1, (os.cpu_count() or 1) // workers)  # what each of ``workers`` CPU runs gets
+        torch.set_num_threads(threads)
+        # Two passes over the widths, the second one kept: the first pass in a fresh process reads up to 40%
+        # low (the demo's d = 16: 10–12 GFLOP/s against 15–18 in the second pass and 17–18 in its real runs).
+        for width in [*chosen, *chosen]:
+            run = by_width[width]
+            cfg = from_dict(TrainConfig, run_train_config(spec, run), "train")
+            device = (
+                "cuda"
+                if cfg.device == "auto" and torch.cuda.is_available()
+                else cfg.device.replace("auto", "cpu")
+            )
+            row_flops = run.flops_per_token * run.model.seq_len
+            rows = max(1, min(cfg.batch_rows, int(max_probe_flops // row_flops)))
+            model = LoopedGPT(run.model).to(device)
+            tokens = lr_data_tokens(cfg, run.flops_per_token)
+            lrs = peak_learning_rates(cfg.optim, run.model, cfg.batch_tokens, tokens)
+            optimizers = build_optimizers(model, cfg.optim, lrs, torch.device(device).type)
+            idx = torch.randint(0, run.model.vocab_size, (rows, run.model.seq_len + 1), device=device)
+            # Small models need many steps (3 read the demo's d = 16 26% low); large ones stop after 3 steps
+            # once min_seconds are timed.
+            elapsed, timed = 0.0, 0
+            for step in range(steps + WARMUP_STEPS):
+                start = time.perf_counter()
+                model(idx[:, :-1], idx[:, 1:]).backward()
+                for opt in optimizers:
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+                if device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                if step >= WARMUP_STEPS:
+                    elapsed += time.perf_counter() - start
+                    timed += 1
+                    if timed >= 3 and elapsed >= min_seconds:
+                        break
+            rates[width] = run.flops_per_token * rows * run.model.seq_len * timed / elapsed
+            # the final evaluation: forward passes of the same rows without gradients (train/loop.py)
+            model.eval()
+            with torch.no_grad():
+                model(idx[:, :-1], idx[:, 1:], reduction="none")
+                start = time.perf_counter()
+                model(idx[:, :-1], idx[:, 1:], reduction="none")
+                if device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                eval_rates[width] = rows * run.model.seq_len / (time.perf_counter() - start)
+            val_tokens = cfg.data.val_tokens or 0
+            del model, optimizers
+            advance(1)
+        torch.set_num_threads(threads_before)
+        start_seconds = measure_start_seconds()
+        advance(1)
     return ThroughputProbe(
         flops_per_s=rates,
         device=device,
@@ -495,7 +492,7 @@ def measure_throughput(
         workers=workers,
         eval_tokens_per_s=eval_rates,
         val_tokens=val_tokens,
-        start_seconds=measure_start_seconds(),
+        start_seconds=start_seconds,
         load_per_core=load,
     )
 

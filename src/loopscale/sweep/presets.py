@@ -2,9 +2,10 @@
 
 ``paper`` is the exact 116-run main grid; ``paper-truncated-bptt`` and ``paper-hyperconnections`` are the
 case-study grids (r ∈ {2, 4, 8} at the four lower budgets) plus the 20 shared r = 1 anchor runs of the main
-grid. ``cpu``, ``laptop`` and ``demo`` keep the paper's method (iso-depth layout, iso-FLOP curves that
-bracket their minima, several r, exact FLOPs accounting, one recipe for every r) at a scale that runs on 2
-CPU cores; their design and rationale are in docs/sweeps.md.
+grid. ``cpu``, ``laptop`` (and its first, staggered version ``laptop-staggered``) and ``demo`` keep the
+paper's method (iso-depth layout, iso-FLOP curves that bracket their minima, several r, exact FLOPs
+accounting, one recipe for every r) at a scale that runs on 2 CPU cores; their design and rationale are in
+docs/sweeps.md.
 """
 
 from __future__ import annotations
@@ -79,6 +80,9 @@ _LAPTOP_TRAIN: dict[str, Any] = {
     },
 }
 
+# The factorial laptop sweep's budgets: 3.9× in three steps of ≈ 1.57× (FLOPs).
+_LAPTOP_BUDGETS = (3.2e12, 5.0e12, 8.0e12, 1.25e13)
+
 PRESETS: dict[str, dict[str, Any]] = {
     "paper": {
         "name": "paper",
@@ -132,14 +136,53 @@ PRESETS: dict[str, dict[str, Any]] = {
             }
         ],
     },
-    # The laptop grid (docs/sweeps.md): every iso-FLOP cell in the power-law regime below the bigram table,
-    # blocks > 50 % of the FLOPs at d ≥ 32 (V = 1,024, T = 128), head dim 16, 2,048-token batches, the
-    # largest run reading the 8.8M training tokens at most once; ≈ 2 h on 2 cores with 2 workers × 1 thread.
-    # The LR rules are re-anchored at d = 48, B = 4,096 and the base LRs carry the multiplier measured by
-    # `loopscale lr-sweep --preset laptop` (results/laptop/lr_calibration.json).
+    # The laptop sweep (docs/sweeps.md): a width × budget factorial, so that a φ that moves with budget can be
+    # told from one that moves with width. Widths 32/48/64 at every budget: the measured iso-FLOP minima of
+    # results/laptop (d* ≈ 31–33 at 2.5e12, 35–40 at 4.3e12, 42–47 at 7.3e12, 48–52 at 1.25e13) lie inside
+    # 32–64 from 2.5e12 up, d = 16 is above the bigram table at r ≥ 4, and 3.2e12 is the lowest budget at
+    # which d = 64 stays below it at every r. 1.25e13 is the highest at which d = 32 reads each training token
+    # at most once. Twelve replicate runs (seed 1) spread over every r, budget and width pin the seed noise
+    # for the law check's lack-of-fit test; the fit pools them with seed 0 by (budget, width, r).
+    # ≈ 2.8 h on 2 cores with 2 workers × 1 thread (`loopscale plan --preset laptop --timings
+    # results/laptop/results.csv`).
     "laptop": {
         "name": "laptop",
         "batch_tokens": 2048,  # 16 rows × T = 128
+        "model": _LAPTOP_MODEL,
+        "train": _LAPTOP_TRAIN,
+        "groups": [
+            {
+                "name": "main",
+                "rs": list(RS),
+                "grid": [{"budget": c, "widths": [32, 48, 64]} for c in _LAPTOP_BUDGETS],
+            },
+            {
+                "name": "seed1-a",
+                "rs": [1, 4],
+                "seeds": [1],
+                "grid": [
+                    {"budget": _LAPTOP_BUDGETS[0], "widths": [32]},
+                    {"budget": _LAPTOP_BUDGETS[1], "widths": [48]},
+                    {"budget": _LAPTOP_BUDGETS[2], "widths": [64]},
+                ],
+            },
+            {
+                "name": "seed1-b",
+                "rs": [2, 8],
+                "seeds": [1],
+                "grid": [
+                    {"budget": _LAPTOP_BUDGETS[1], "widths": [32]},
+                    {"budget": _LAPTOP_BUDGETS[2], "widths": [48]},
+                    {"budget": _LAPTOP_BUDGETS[3], "widths": [64]},
+                ],
+            },
+        ],
+    },
+    # The first laptop grid, staggered (wider widths at higher budgets): the record of results/laptop (its
+    # sweep.yaml), and the reference grid that `loopscale design` was measured against (docs/design.md).
+    "laptop-staggered": {
+        "name": "laptop",
+        "batch_tokens": 2048,
         "model": _LAPTOP_MODEL,
         "train": _LAPTOP_TRAIN,
         "groups": [

@@ -36,6 +36,21 @@ LOG_FILE = "train.log"
 POLICY_FILE = "executor.json"  # local sweeps: {"workers": W, "threads": threads per run or null}
 
 
+class DamagedFile(UserError):
+    """A run's JSON file that reads but holds a field of the wrong kind (``field``: what is wrong, e.g. "must
+    be a number, got 'low'"). ``sweep`` refuses to go on (one line); ``collect`` makes the run a failed row
+    whose reason names the file and the field, so ``report`` and ``design --from`` work on the rest."""
+
+    def __init__(self, path: Path, field: str, problem: str):
+        super().__init__(f"{path}: {field} {problem}; delete it to rerun this run")
+        self.path, self.field, self.problem = Path(path), field, problem
+
+
+def is_number(value) -> bool:
+    """A JSON number (int or float, not a bool)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True)
 class RunState:
     """Where one run stands: status ``ok`` / ``failed`` (finished), ``pending`` (never started or
@@ -87,12 +102,10 @@ def run_state(root: Path, name: str) -> RunState:
         result = read_json(result_path)
         status = result.get("status")
         if status not in ("ok", "failed"):
-            raise UserError(f"{result_path}: status must be 'ok' or 'failed', got {status!r}")
+            raise DamagedFile(result_path, "status", f"must be 'ok' or 'failed', got {status!r}")
         loss = result.get("val_loss")
-        if status == "ok" and (not isinstance(loss, int | float) or isinstance(loss, bool)):
-            raise UserError(
-                f"{result_path}: val_loss must be a number, got {loss!r}; delete it to rerun this run"
-            )
+        if status == "ok" and not is_number(loss):
+            raise DamagedFile(result_path, "val_loss", f"must be a number, got {loss!r}")
         return RunState(status, str(result.get("reason") or ""), result)
     exit_path = folder / EXIT_FILE
     if exit_path.exists():
@@ -126,7 +139,8 @@ def init_sweep(spec: SweepSpec, root: Path) -> list[PlannedRun]:
     spec_text = dump_yaml(spec)
     spec_path = root / SPEC_FILE
     if spec_path.exists():
-        if spec_path.read_text() != spec_text:
+        # compared as specs, not as text: a sweep written before a spec field was added still resumes
+        if from_dict(SweepSpec, load_yaml(spec_path), str(spec_path)) != spec:
             raise UserError(
                 f"{root} already holds a different sweep ({spec_path}); choose another --out folder "
                 "or resume it without a spec"

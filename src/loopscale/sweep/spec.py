@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,10 +28,13 @@ from typing import Any
 
 from loopscale.config import ModelConfig, from_dict, load_yaml
 from loopscale.errors import UserError
+from loopscale.io import shown
 
 # Keys of the run's TrainConfig that the sweep sets per run; ``train:`` may not set them.
 SWEEP_OWNED_TRAIN_KEYS = ("model", "budget", "steps", "batch_tokens", "seed")
-_GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*$")
+# A group name starts every run folder's name (with about 40 characters of budget, width, r and seed), so
+# it is bounded well inside the 255-byte file-name limit; \Z, not $, which also matches before a final "\n".
+_GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,99}\Z")
 
 
 @dataclass
@@ -41,8 +45,9 @@ class BudgetWidths:
     widths: list[int]
 
     def validate(self) -> None:
-        if not self.budget > 0:
-            raise UserError(f"grid: budget must be a positive number of FLOPs, got {self.budget:g}")
+        # The one check of a run's budget: every RunGroup validates its cells (run names format it).
+        if not (math.isfinite(self.budget) and self.budget > 0):
+            raise UserError(f"grid: budget must be a positive finite number of FLOPs, got {self.budget:g}")
         if not self.widths:
             raise UserError(f"grid: budget {self.budget:.3g} lists no widths")
         if len(set(self.widths)) != len(self.widths):
@@ -58,6 +63,8 @@ class RunGroup:
     Δφ is measured against anchor runs of the sweep recipe).
     ``bptt``: gradient window through the loops: "full" (k = r), "ceil_half" (k = ⌈r/2⌉, the paper's
     truncated-BPTT case study) or an integer k (capped at r).
+    ``seeds``: this group's seeds instead of the sweep's (e.g. a group of replicate runs with ``seeds: [1]``
+    on a few cells of the main grid; the fit pools runs by budget, width and r, not by group).
     """
 
     name: str
@@ -66,11 +73,13 @@ class RunGroup:
     model: dict[str, Any] = field(default_factory=dict)
     train: dict[str, Any] = field(default_factory=dict)
     bptt: str = "full"
+    seeds: list[int] | None = None
 
     def validate(self) -> None:
         if not _GROUP_NAME.match(self.name):
             raise UserError(
-                f"group name {self.name!r} must be letters, digits, '.' or '-' (it names run folders)"
+                f"group name {shown(self.name)!r} must be 1-100 letters, digits, '.' or '-', starting with a "
+                "letter or digit (it names run folders)"
             )
         if not self.rs:
             raise UserError(f"group {self.name!r}: rs is empty; list at least one loop count")
@@ -78,6 +87,8 @@ class RunGroup:
             raise UserError(f"group {self.name!r}: rs must be distinct integers >= 1, got {self.rs}")
         if not self.grid:
             raise UserError(f"group {self.name!r}: grid is empty; add at least one budget with widths")
+        for cell in self.grid:
+            cell.validate()
         budgets = [b.budget for b in self.grid]
         if len(set(budgets)) != len(budgets):
             raise UserError(f"group {self.name!r}: a budget appears twice in the grid")
@@ -88,6 +99,8 @@ class RunGroup:
                 "bptt_k from 'bptt')"
             )
         _refuse_owned_train_keys(f"group {self.name!r}", self.train)
+        if self.seeds is not None and (not self.seeds or len(set(self.seeds)) != len(self.seeds)):
+            raise UserError(f"group {self.name!r}: seeds must be a non-empty list of distinct integers")
         if self.bptt not in ("full", "ceil_half") and not (self.bptt.isdigit() and int(self.bptt) >= 1):
             raise UserError(
                 f"group {self.name!r}: bptt must be 'full', 'ceil_half' or an integer >= 1, got {self.bptt!r}"

@@ -37,7 +37,7 @@ from loopscale.accounting import count_params, flops_per_token, steps_for_budget
 from loopscale.config import dump_yaml, from_dict, load_yaml, to_dict
 from loopscale.data import PackedDataset
 from loopscale.errors import UserError
-from loopscale.io import atomic_write_json, atomic_write_text
+from loopscale.io import atomic_write_json, atomic_write_text, claim_folder
 from loopscale.model import LoopedGPT
 from loopscale.train import checkpoint as ckpt
 from loopscale.train import tracking
@@ -50,7 +50,7 @@ from loopscale.train.optim import (
     reference_tokens,
     set_lr,
 )
-from loopscale.train.perf import peak_flops, tcmalloc_active
+from loopscale.train.perf import peak_measurement, tcmalloc_active
 
 # Fields that may change between an interrupted run and its resumption (they do not change what is
 # computed, only how fast or how it is reported).
@@ -358,13 +358,20 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
     start_step = int(state["step"])
     metrics_path = run_dir / "metrics.jsonl"
     if rt.is_main:
+        claim_folder(run_dir, "run")  # a folder loopscale did not create is refused, its files kept
         atomic_write_text(run_dir / "config.yaml", dump_yaml(cfg))
         _rewind_metrics(metrics_path, start_step)
     tracker = tracking.start(cfg, run_dir, main=rt.is_main)
     step_fn = torch.compile(model) if cfg.compile else model
     dtype_name = "bfloat16" if rt.autocast_dtype is torch.bfloat16 else "float32"
     # MFU is reported by rank 0 only (other ranks skip the matmul probe so it is not disturbed).
-    peak = cfg.peak_flops or (peak_flops(str(rt.device), dtype_name) if rt.is_main else None)
+    peak = cfg.peak_flops
+    if peak is None and rt.is_main:
+        measured = peak_measurement(str(rt.device), dtype_name)
+        peak = measured.flops
+        busy = measured.load.note("the peak FLOP/s probe reads low, so MFU reads high")
+        if busy:
+            print(f"loopscale train: note: {busy}", file=sys.stderr)
     base = {
         "config": to_dict(cfg),
         **counts.as_dict(),
@@ -414,10 +421,12 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
 
     from tqdm import tqdm
 
+    from loopscale.progress import progress_enabled
+
     bar = tqdm(
         total=plan.steps,
         initial=start_step,
-        disable=not (rt.is_main and cfg.progress),
+        disable=not (rt.is_main and cfg.progress and progress_enabled()),  # LOOPSCALE_PROGRESS=0: none
         file=sys.stderr,
         dynamic_ncols=True,
         unit="step",
@@ -426,7 +435,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
     last_checkpoint = time.perf_counter()
     stored_loss = state.get("train_loss")
     train_loss = math.nan if stored_loss is None else float(stored_loss)
-    stop = _StopRequest()
+    stop = _StopRequest(run_dir if rt.is_main else None)
     try:
         for step in range(start_step, plan.steps):
             t0 = time.perf_counter()
@@ -507,7 +516,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
         tracker.finish(None)
         raise
     result = finish("ok", None, plan.steps, train_loss, val_loss)
-    if rt.is_main:
+    if rt.is_main:  # the run's own checkpoints: run_dir was claimed as a loopscale run folder above
         shutil.rmtree(run_dir / ckpt.CHECKPOINT_DIR, ignore_errors=True)
     return result
 
@@ -515,13 +524,22 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
 class _StopRequest:
     """SIGINT/SIGTERM during the training steps: finish the current step, write a checkpoint, then stop
     (KeyboardInterrupt), so an interrupted run (Ctrl-C, a sweep driver forwarding the signal, torchrun
-    forwarding it to every rank) loses no work. A second signal stops at once."""
+    forwarding it to every rank) loses no work. A second signal stops at once.
 
-    def __init__(self):
+    The first signal is acknowledged at once on stderr with the resume command of ``run_dir`` (rank 0
+    passes its run folder, the other ranks None: one line per run, not per rank)."""
+
+    def __init__(self, run_dir: Path | None = None):
         import signal
         import threading
 
         self.requested = False
+        self._acknowledgement = (
+            None
+            if run_dir is None
+            else "\ninterrupt received: saving a checkpoint at the end of this step; resume with: "
+            f"loopscale train --out {run_dir} --resume (interrupt again to stop at once)\n"
+        )
         self._previous: dict = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -531,6 +549,10 @@ class _StopRequest:
         if self.requested:  # a second signal: stop at once
             raise KeyboardInterrupt
         self.requested = True
+        if self._acknowledgement is not None:
+            # os.write to fd 2, not print: the handler may run inside a write of the progress bar to
+            # sys.stderr, and a buffered stream refuses a reentrant write
+            os.write(2, self._acknowledgement.encode())
 
     def restore(self) -> None:
         import signal

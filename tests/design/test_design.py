@@ -11,10 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from loopscale import design as d
 from loopscale.cli import main
 from loopscale.config import dump_yaml
+from loopscale.design import delta_phi, simulation
 from loopscale.errors import UserError
-from loopscale.fit import design as d
 from loopscale.fit.law import Design, objective_and_gradient
 from loopscale.paper import JOINT_FIT, MAIN_GRID
 from loopscale.sweep import load_spec, plan_sweep, preset
@@ -187,7 +188,7 @@ def test_cli_writes_a_spec_the_sweep_loader_runs(tmp_path, capsys):
 def test_budgets_between_the_references_take_the_enclosing_widths(tmp_path, capsys):
     """A budget the reference lacks is a new iso-FLOP curve: inside the range it offers the widths of the two
     reference budgets around it; the emitted spec plans it; outside the range it needs --widths."""
-    laptop = preset("laptop")
+    laptop = preset("laptop-staggered")
     grid = {c.budget: c.widths for c in laptop.groups[0].grid}
     cands = d.candidates_from_spec(laptop, budgets=[2.5e12, 3.3e12, 1.25e13])
     new = sorted({int(w) for w in cands.width[cands.budget == 3.3e12]})
@@ -202,7 +203,7 @@ def test_budgets_between_the_references_take_the_enclosing_widths(tmp_path, caps
 
     out = tmp_path / "design.yaml"
     prior = str(LAPTOP_RESULTS)  # the paper's law puts the laptop minima outside its widths
-    args = ["design", "--preset", "laptop", "--prior", prior, "--no-probe", "--out", str(out)]
+    args = ["design", "--preset", "laptop-staggered", "--prior", prior, "--no-probe", "--out", str(out)]
     assert main([*args, "--budgets", "2.5e12", "3.3e12", "4.3e12", "--flop-cap", "1e14"]) == 0
     budgets = {run.budget for run in plan_sweep(load_spec(out))}
     assert min(budgets) == 2.5e12 and max(budgets) == 4.3e12
@@ -216,7 +217,8 @@ def test_cli_timings_cost_runs_from_a_finished_sweeps_run_times(tmp_path, capsys
     """--timings replaces the probe: the reference's and the design's est. wall are the sums of
     ``MeasuredTimes`` shares of their runs, and the output says where the estimate came from."""
     out, doc_path = tmp_path / "design.yaml", tmp_path / "design.json"
-    args = ["design", "--preset", "laptop", "--prior", str(LAPTOP_RESULTS), "--no-probe", "--cost", "wall"]
+    args = ["design", "--preset", "laptop-staggered", "--prior", str(LAPTOP_RESULTS), "--no-probe"]
+    args += ["--cost", "wall"]
     code = main(
         [*args, "--timings", str(LAPTOP_RESULTS), "--workers", "2", "--flop-fraction", "0.6"]
         + ["--out", str(out), "--json", str(doc_path)]
@@ -225,7 +227,7 @@ def test_cli_timings_cost_runs_from_a_finished_sweeps_run_times(tmp_path, capsys
     assert f"est. wall from the measured run times of {LAPTOP_RESULTS}" in capsys.readouterr().out
     doc = json.loads(doc_path.read_text())
     times = MeasuredTimes.from_table(LAPTOP_RESULTS, workers=2)
-    reference = sum(times.wall_shares(plan_sweep(preset("laptop"))))
+    reference = sum(times.wall_shares(plan_sweep(preset("laptop-staggered"))))
     assert doc["reference_grid"]["est_seconds"] == pytest.approx(reference)
     assert doc["design"]["est_seconds"] == pytest.approx(sum(times.wall_shares(plan_sweep(load_spec(out)))))
     assert doc["design"]["flops"] <= 0.6 * doc["reference_grid"]["flops"]
@@ -237,7 +239,7 @@ def test_cli_wall_cap_picks_the_narrowest_design_within_the_wall_time(tmp_path, 
     """--wall-fraction 0.5 with measured timings: the design's est. wall is at most half the reference's and
     no design on the front within that wall time is predicted narrower; a wall cap needs --cost wall."""
     doc_path = tmp_path / "design.json"
-    args = ["design", "--preset", "laptop", "--prior", str(LAPTOP_RESULTS), "--no-probe"]
+    args = ["design", "--preset", "laptop-staggered", "--prior", str(LAPTOP_RESULTS), "--no-probe"]
     timed = [*args, "--cost", "wall", "--timings", str(LAPTOP_RESULTS), "--workers", "2"]
     assert main([*timed, "--wall-fraction", "0.5", "--json", str(doc_path)]) == 0
     assert "of estimated wall time" in capsys.readouterr().out
@@ -506,7 +508,7 @@ def test_simulated_ci_search_finds_the_cheapest_design_that_realises_the_target(
     def optimism(design):
         return 1 + 1.5 / len({(b, r) for b, r in zip(cands.budget[design.idx], cands.r[design.idx])})
 
-    monkeypatch.setattr(d, "simulate", _fake_realisation(optimism))
+    monkeypatch.setattr(simulation, "simulate", _fake_realisation(optimism))
     paths = [search(cands, info) for search in (d.greedy_path, d.pruning_path)]
     front = d.pareto([p for path in paths for p in path])
     realised = [p.predicted["phi"] * optimism(p.design) for p in front]
@@ -531,7 +533,7 @@ def test_simulated_cost_cap_simulates_only_designs_within_the_cap(small, monkeyp
     figure, only the cost counts."""
     prior, cands, info = small
     dear = cands.with_cost(np.where(cands.budget == BUDGETS[1], 5.0, 1.0) * cands.flops)
-    monkeypatch.setattr(d, "simulate", _fake_realisation(lambda design: 1.0))
+    monkeypatch.setattr(simulation, "simulate", _fake_realisation(lambda design: 1.0))
     paths = [search(dear, info) for search in (d.greedy_path, d.pruning_path)]
     costs = sorted(p.cost for path in paths for p in path)
     cap = costs[len(costs) // 2]
@@ -557,7 +559,8 @@ def test_simulated_ci_search_is_not_shadowed_by_replicated_designs(small, monkey
     def cheapest(points, target):
         return min((p for p in points if realised_width(p.design) <= target), key=lambda p: p.cost)
 
-    monkeypatch.setattr(d, "simulate", _fake_realisation(lambda x: realised_width(x) / _predicted(info, x)))
+    fake = _fake_realisation(lambda x: realised_width(x) / _predicted(info, x))
+    monkeypatch.setattr(simulation, "simulate", fake)
     paths = [search(cands, info, replicates=k) for k in (1, 2) for search in (d.greedy_path, d.pruning_path)]
     ones, twos = (d.pareto([p for path in paths for p in path if p.design.replicates == k]) for k in (1, 2))
     mixed = d.pareto([p for path in paths for p in path])
@@ -589,7 +592,7 @@ def test_simulated_power_search_returns_the_cheapest_design_that_reaches_the_pow
     def fake(cands_, info_, prior_, design, delta, k, **settings):
         return {"power": d.power(delta, 1.6 * se(design)), "median_ci_width": 0.0, "k": k}
 
-    monkeypatch.setattr(d, "simulate_power", fake)
+    monkeypatch.setattr(delta_phi, "simulate_power", fake)
     points = [p for search in (d.greedy_path, d.pruning_path) for p in search(cands, info)]
     front = d.pareto(points, score=lambda p: se(p.design))
     delta = 2.8 * 1.6 * float(np.median([se(p.design) for p in front]))  # the answer mid-front
@@ -684,3 +687,59 @@ def test_cli_default_target_is_the_references_realised_width(tmp_path, capsys):
     assert doc["target"]["ci_phi"] == doc["reference_grid"]["realised"]["ci_width"]["phi"]
     assert doc["target"]["source"] == "the reference's realised width"
     assert "the reference's realised width" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "0"])
+def test_cli_refuses_a_non_finite_or_non_positive_budget_in_one_line(capsys, bad):
+    argv = ["design", "--preset", "paper", "--budgets", "1e18", bad, "--widths", "512", "768", "1024"]
+    assert main([*argv, "--no-probe"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--budgets" in err and bad in err
+
+
+def test_sequential_mode_leaves_out_a_run_with_a_damaged_result(tmp_path, capsys):
+    """A non-numeric field in one finished run's result.json: --from refits the other 19 (the damaged run
+    counts as failed)."""
+    root = tmp_path / "sweep"
+    _, runs = _partial_sweep(root, finished=20)
+    damaged = run_dir(root, runs[3].name) / RESULT_FILE
+    damaged.write_text(json.dumps({**json.loads(damaged.read_text()), "n_rec": "lots"}))
+    out = tmp_path / "d.json"
+    argv = ["design", "--from", str(root), "--preset", "paper", "--budgets", *map(str, BUDGETS[:3])]
+    assert main([*argv, "--no-probe", "--flop-cap", "2e19", "--json", str(out)]) == 0, capsys.readouterr().err
+    doc = json.loads(out.read_text())
+    assert "the 19 finished runs" in doc["prior"]["source"]
+
+
+def test_make_design_shows_a_progress_bar_per_simulated_design(monkeypatch):
+    """``make_design`` opens one progress bar per simulated design (total = the draws) and advances it once
+    per fitted table."""
+    import contextlib
+
+    bars = []
+
+    @contextlib.contextmanager
+    def record(total, desc, unit="it", **_):
+        bars.append([desc, total, 0])
+
+        def advance(n=1):
+            bars[-1][2] += n
+
+        yield advance
+
+    monkeypatch.setattr(simulation, "progress_bar", record)
+    settings = d.DesignSettings(
+        budgets=BUDGETS[:3],
+        rs=[1, 8],
+        flop_fraction=0.6,
+        simulate=2,
+        sim_restarts=10,
+        sim_bootstrap=5,
+        sim_bootstrap_restarts=1,
+        sim_rounds=1,
+        reference_sim=False,
+    )
+    doc = d.make_design(settings, preset("paper"), "paper")
+    assert [(total, done) for _, total, done in bars] == [(2, 2)]
+    assert bars[0][0] == f"simulate {doc['design']['label']}"
+    assert doc["design"]["realised"]["k"] == 2

@@ -1,0 +1,141 @@
+"""The package's import graph, read from the source with ``ast``: no circle among loopscale's modules, and
+``fit/`` and ``design/`` never import torch.
+
+Edges come from every ``import`` / ``from … import`` statement of a module, at the top and inside functions
+alike: a function-level import only hides a circle from the interpreter, not from the reader."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+NO_TORCH = ("loopscale.fit", "loopscale.design")  # NumPy/SciPy only (CONTRIBUTING.md)
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """Dotted name → (file, is a package's __init__)."""
+    out = {}
+    for path in sorted((SRC / "loopscale").rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        out[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
+    return out
+
+
+def _imported(name: str, is_package: bool, node: ast.Import | ast.ImportFrom, modules) -> list[str]:
+    """The modules among ``modules`` one import statement of module ``name`` reads: ``from a import b`` reads
+    module ``a.b`` when it is one, else ``a``; a name inside a module counts as that module."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    else:
+        base = node.module or ""
+        if node.level:  # relative: resolved against the module's package
+            package = name.split(".") if is_package else name.split(".")[:-1]
+            base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+        names = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+    out = []
+    for target in names:
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        if target and target != name:
+            out.append(target)
+    return out
+
+
+def _top_packages(node: ast.Import | ast.ImportFrom) -> set[str]:
+    """The top-level packages an import statement names (``torch`` for ``from torch.nn import …``)."""
+    if isinstance(node, ast.Import):
+        return {alias.name.split(".")[0] for alias in node.names}
+    return set() if node.level or not node.module else {node.module.split(".")[0]}
+
+
+def import_graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """(module → the loopscale modules it imports, module → every top-level package it imports), from
+    every import statement at any level of each module."""
+    modules = _modules()
+    graph, packages = {}, {}
+    for name, (path, is_package) in modules.items():
+        graph[name], packages[name] = set(), set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                graph[name].update(_imported(name, is_package, node, modules))
+                packages[name].update(_top_packages(node))
+    return graph, packages
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circle_among_loopscale_modules():
+    graph, _ = import_graph()
+    assert "loopscale.design.pipeline" in graph and "loopscale.sweep.results" in graph  # the walk saw them
+    assert cycles(graph) == []
+
+
+def test_fit_and_design_never_import_torch():
+    _, packages = import_graph()
+    offenders = sorted(
+        name for name, tops in packages.items() if name.startswith(NO_TORCH) and "torch" in tops
+    )
+    assert offenders == []
+    assert any(name.startswith("loopscale.design") for name in packages)
+
+
+def test_fit_never_imports_design():
+    graph, _ = import_graph()
+    assert sorted(
+        (name, target)
+        for name, edges in graph.items()
+        if name.startswith("loopscale.fit")
+        for target in edges
+        if target.startswith("loopscale.design")
+    ) == []
+
+
+def test_the_graph_sees_function_level_imports_and_finds_a_circle():
+    """The checker itself: a function-level import that closes a circle is found, resolved to its module."""
+    source = {
+        "loopscale.a": "from loopscale.b import thing\n",
+        "loopscale.b": "def f():\n    from loopscale import a\n    return a\n",
+        "loopscale.c": "import loopscale.a\nfrom . import b\n",
+    }
+    graph = {
+        name: {t for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Import | ast.ImportFrom)
+               for t in _imported(name, False, node, source)}
+        for name, text in source.items()
+    }
+    assert graph["loopscale.c"] == {"loopscale.a", "loopscale.b"}
+    assert cycles(graph) == [["loopscale.a", "loopscale.b"]]
