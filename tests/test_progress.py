@@ -30,7 +30,9 @@ class Stderr:
 
 @pytest.fixture()
 def stderr(capsys, monkeypatch) -> Stderr:
+    """Bars on (tests/conftest.py turns them off elsewhere) and drawn from the start of a phase."""
     monkeypatch.delenv(progress_module.ENV_VAR, raising=False)
+    monkeypatch.setattr(progress_module, "FIRST_DRAW_S", 0.0)
     return Stderr(capsys)
 
 
@@ -50,6 +52,14 @@ def test_a_log_gets_whole_lines_ending_at_the_total(stderr):
     assert all(line.startswith("phase: ") for line in out)
     assert "3/3" in out[-1] and "100%" in out[-1]
     assert len(out) == len(set(out))  # the closing redraw repeats nothing
+
+
+def test_a_short_phase_and_an_error_as_a_phase_starts_draw_nothing(stderr, monkeypatch):
+    monkeypatch.setattr(progress_module, "FIRST_DRAW_S", 30.0)
+    assert list(progress(range(3), "short")) == [0, 1, 2]
+    with pytest.raises(ValueError), progress_bar(3, "refused"):
+        raise ValueError("bad input: one line, nothing before it")
+    assert stderr.getvalue() == ""
 
 
 @pytest.mark.parametrize("value", ["0", "false", "off"])

@@ -21,6 +21,8 @@ Rules, so that output stays tidy:
 - Bars go to stderr also when it is not a terminal, so a log file shows progress: on a terminal the bar
   redraws at most every ``TERMINAL_INTERVAL_S``; elsewhere every redraw is one line of its own, at most one
   every ``LOG_INTERVAL_S``.
+- A bar first draws after ``FIRST_DRAW_S``: a phase that ends sooner shows nothing, and bad input found as
+  a phase starts leaves only its one error line.
 - A phase whose units are slow is never silent: a heartbeat redraws the bar (its elapsed time) when nothing
   was drawn for the interval.
 - Nested phases are silent: while one bar is open in this process (e.g. the design search), the bars of the
@@ -41,6 +43,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 ENV_VAR = "LOOPSCALE_PROGRESS"
+FIRST_DRAW_S = 2.0  # a phase draws nothing before this many seconds (a short phase: nothing at all)
 TERMINAL_INTERVAL_S = 1.0  # seconds between redraws on a terminal
 LOG_INTERVAL_S = 5.0  # seconds between lines when stderr is a file or pipe (logs stay small)
 
@@ -133,6 +136,7 @@ def _make_bar(total: float | None, desc: str, unit: str, terminal: bool):
         unit=unit,
         file=stream if terminal else _OneLinePerRedraw(stream),
         mininterval=TERMINAL_INTERVAL_S if terminal else LOG_INTERVAL_S,
+        delay=FIRST_DRAW_S,
         dynamic_ncols=terminal,
         ascii=not terminal,
         # an open count reads "12 document", not tqdm's "12document"
@@ -142,11 +146,15 @@ def _make_bar(total: float | None, desc: str, unit: str, terminal: bool):
 
 
 def _heartbeat(bar, stop: threading.Event) -> None:
-    """Redraw ``bar`` whenever nothing was drawn for its interval, so slow units still show the time."""
+    """Draw ``bar`` once its first-draw delay is over, then whenever nothing was drawn for its interval, so
+    a phase whose units are slow still shows its elapsed time."""
     last_beat = 0.0  # tqdm's last_print_t counts only the redraws of update(), which also time the rate
-    while not stop.wait(bar.mininterval / 4):
+    while not stop.wait(min(bar.delay, bar.mininterval) / 4 or 0.05):
         now = bar._time()
-        if now - max(bar.last_print_t, last_beat) >= bar.mininterval:
+        if now < bar.start_t + bar.delay:
+            continue
+        last_drawn = max(bar.last_print_t, last_beat)
+        if last_drawn <= bar.start_t or now - last_drawn >= bar.mininterval:
             bar.refresh()
             last_beat = now
 

@@ -19,6 +19,12 @@ def path_from(folder: str | os.PathLike, path: str | os.PathLike) -> str:
     return os.path.relpath(os.path.abspath(path), os.path.abspath(folder))
 
 
+def relative_text(text: str, folder: str | os.PathLike) -> str:
+    """``text`` (an error message, a note) with every absolute path in it written relative to ``folder``,
+    for a document published from ``folder``."""
+    return _ABSOLUTE_PATH.sub(lambda match: path_from(folder, match.group(0)), text)
+
+
 def absolute_paths(text: str) -> list[str]:
     """The absolute file paths written in ``text`` (published artefacts must hold none)."""
     return _ABSOLUTE_PATH.findall(text)

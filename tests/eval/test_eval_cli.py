@@ -141,6 +141,23 @@ def test_eval_sweep_is_resumable_and_skips_unfinished_runs(trained_run, tmp_path
     assert not list((sweep / "runs" / "a_ok").glob(".eval.json.*"))  # atomic write left no temp file
 
 
+def test_eval_sweep_needs_runs_only_and_writes_only_into_loopscale_run_folders(trained_run, tmp_path, capsys):
+    # a sweep folder without sweep.yaml is evaluated (eval-sweep needs runs/ only), but a folder under runs/
+    # that loopscale did not create is refused before anything is written
+    sweep = tmp_path / "sweep"
+    shutil.copytree(trained_run, sweep / "runs" / "a_ok")
+    foreign = sweep / "runs" / "notes"
+    foreign.mkdir()
+    (foreign / "mine.txt").write_text("the user's own file\n")
+    args = ["eval-sweep", str(sweep), "--tasks", "induction_head", "--limit", "8", "--device", "cpu"]
+    code, _, err = run_cli(capsys, *args)
+    assert code == 2 and err.count("\n") == 1 and "was not created by loopscale" in err and "notes" in err
+    assert not (sweep / "runs" / "a_ok" / "eval.json").exists()
+    (foreign / "mine.txt").unlink()
+    code, out, _ = run_cli(capsys, *args)
+    assert code == 0 and "1 evaluated" in out and (sweep / "runs" / "a_ok" / "eval.json").is_file()
+
+
 def test_eval_sweep_resume_is_keyed_by_task_set_and_content(trained_run, tmp_path, capsys):
     sweep, tasks = tmp_path / "sweep", tmp_path / "tasks"
     shutil.copytree(trained_run, sweep / "runs" / "a_ok")

@@ -70,7 +70,7 @@ def test_axis_standard_errors_and_correlations_reach_the_report(tmp_path):
     table = section.blocks[1]
     assert table.rows[0][4:] == ["5.0000 ± 0.0500", "–", "4.1000 ± 0.0200"]
     gaps = section.blocks[3]  # r = 4 minus r = 1 at each budget, ± the SE of the difference
-    assert gaps.rows[0] == ["1e+12", "4", "-0.100 ± 0.071 (not resolved)", "–", "+0.300 ± 0.028"]
+    assert gaps.rows[0] == ["1e12", "4", "-0.100 ± 0.071 (not resolved)", "–", "+0.300 ± 0.028"]
     correlations = section.blocks[5]
     got = {row[0]: row[1] for row in correlations.rows}
     vals = [3.0, 3.2, 3.5, 3.9]

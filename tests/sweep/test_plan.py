@@ -17,6 +17,7 @@ from loopscale.cli import main
 from loopscale.errors import UserError
 from loopscale.sweep import plan_sweep, preset
 from loopscale.sweep.plan import MeasuredTimes, ThroughputProbe, format_plan, run_name
+from loopscale.train.perf import MachineLoad
 
 # Spec §5.2, columns: C | s | d | N (M) r=1/2/4/8 | steps r=1/2/4/8 | D = steps·B (B tokens) r=1/2/4/8
 SPEC_GRID = """
@@ -419,10 +420,14 @@ def test_a_busy_probe_says_its_estimate_is_pessimistic():
     spec = preset("demo")
     runs = plan_sweep(spec)
     base = dict(flops_per_s={16: 1e10}, device="cpu", threads=1, workers=2)
-    busy = format_plan(spec, runs, "table", ThroughputProbe(**base, load_per_core=2.1))
-    idle = format_plan(spec, runs, "table", ThroughputProbe(**base, load_per_core=0.1))
-    assert "busy during the probe (load 2.1 per core)" in busy and "pessimistic" in busy
+    busy = format_plan(spec, runs, "table", ThroughputProbe(**base, load=MachineLoad(4.2, 2)))
+    idle = format_plan(spec, runs, "table", ThroughputProbe(**base, load=MachineLoad(0.2, 2)))
+    # the one busy-machine wording that sweep, demo and train use too (MachineLoad.note)
+    assert "machine busy: load 4.2 on 2 cores; the probe's rates read low" in busy and "pessimistic" in busy
     assert "busy" not in idle
+    assert json.loads(format_plan(spec, runs, "json", ThroughputProbe(**base, load=MachineLoad(4.2, 2))))[
+        "estimate"
+    ]["load_per_core"] == pytest.approx(2.1)
 
 
 def test_default_layout_is_one_single_threaded_run_per_core_for_small_cpu_models(monkeypatch):

@@ -93,7 +93,7 @@ def test_a_failed_bookkeeping_write_fails_that_run_and_the_sweep_goes_on(tmp_pat
 
     monkeypatch.setattr(executors, "_execute_run", fake_execute)
     monkeypatch.setattr(executors, "run_state", lambda root, name: RunState("pending", "", None))
-    runs = [SimpleNamespace(name=name, total_flops=1) for name in "abc"]  # what run_local reads of a run
+    runs = [SimpleNamespace(name=name, total_flops=1, steps=1) for name in "abc"]  # what run_local reads
     stream = io.StringIO()
     statuses = executors.run_local(tmp_path, runs, workers=1, stream=stream)
     assert statuses == {"a": "failed", "b": "ok", "c": "ok"} and calls == ["a", "b", "c"]

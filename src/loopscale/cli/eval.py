@@ -136,10 +136,12 @@ def run_eval(args: argparse.Namespace) -> int:
 
 def run_eval_sweep(args: argparse.Namespace) -> int:
     from loopscale.io import check_output
-    from loopscale.sweep.rundir import open_sweep
+    from loopscale.sweep.rundir import run_dir, run_names
 
-    open_sweep(args.sweep_dir)  # not a sweep folder: say so before torch loads
-    check_output(args.sweep_dir, "SWEEP_DIR", folder=True, kind="sweep")
+    # eval-sweep writes eval.json into the run folders only (never into SWEEP_DIR itself, which needs no
+    # sweep.yaml): each must be a loopscale run folder it may write into. Checked before torch loads.
+    for name in run_names(args.sweep_dir):
+        check_output(run_dir(args.sweep_dir, name), "SWEEP_DIR", folder=True, kind="run")
     tasks, missing, settings = _load_tasks(args)
     _set_threads(args)
     from loopscale.eval.suite import eval_sweep

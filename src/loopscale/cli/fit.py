@@ -63,8 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--check-resamples",
         type=int,
-        default=100,
-        help="bootstrap resamples for the law check's CIs (0: none; the verdict does not use them)",
+        help="bootstrap resamples for the law check's CIs (0: none; the verdict does not use them; "
+        "default: min(100, --bootstrap))",
     )
     p.add_argument("--json", dest="json_out", help="write the full result document to this file")
     p.add_argument("--plots", help="write figures (PNG + SVG) into this folder")
@@ -104,7 +104,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--no-law-check", dest="law_check", action="store_false", help="skip the law check of both tables"
     )
     p.add_argument("--json", dest="json_out", help="write the result document to this file")
-    p.set_defaults(func=run_compare, form="paper", check_resamples=0, law="joint", fix_phi=None)
+    p.set_defaults(func=run_compare, form="paper", check_resamples=None, law="joint", fix_phi=None)
 
 
 def _template(path: str | None):
@@ -146,7 +146,7 @@ def _check_law_flags(args: argparse.Namespace) -> None:
 
     if args.noise is not None and not (math.isfinite(args.noise) and args.noise > 0):
         raise UserError(f"--noise must be a positive number of nats, got {args.noise}")
-    if args.check_resamples < 0 or args.check_resamples == 1:
+    if args.check_resamples is not None and (args.check_resamples < 0 or args.check_resamples == 1):
         raise UserError(f"--check-resamples must be 0 (none) or >= 2, got {args.check_resamples}")
     if args.form != "paper" and (args.law != "joint" or args.fix_phi is not None):
         raise UserError(f"--form {args.form} extends the joint law with phi free; drop --law/--fix-phi")
@@ -233,8 +233,15 @@ def run_equiv(args: argparse.Namespace) -> int:
             template = from_dict(ModelConfig, recorded, f"{path}: settings.template.model")
             source = f"the template recorded in {path}"
         diagnostics = doc.get("diagnostics") or {}
-        if diagnostics.get("phi_identified") is False:
+        check = doc.get("law_check") or {}
+        form = doc.get("form") or "paper"
+        if check.get("verdict") == "rejected":
+            note = f"note: {check.get('headline')}; the phi used here is not a measurement"
+        elif diagnostics.get("phi_identified") is False:
             note = f"note: {diagnostics.get('verdict') or 'phi was not identified by that fit'}"
+        if form != "paper":
+            form_note = f"phi is phi0 of the {form} form (phi at its covariate's centre), not one phi"
+            note = f"{note}; {form_note}" if note else f"note: {form_note}"
     if phi is None:
         raise UserError("give --phi or --fit FIT.json")
     from loopscale.fit.analyses import check_equivalence_inputs, equivalence  # SciPy, after the file checks

@@ -318,17 +318,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def _machine_line(rows: list[dict]) -> str:
     """One line on how the sweep used the machine (report/build.py ``machine_use``)."""
-    from loopscale.report.build import machine_use
+    from loopscale.report.build import machine_use, throughput_text
 
     use = machine_use(rows)
-    if use["utilisation"] is None:
+    throughput = throughput_text(use)
+    if throughput is None:
         return f"machine use: {use['runs']} finished runs, {use['flops']:.3g} training FLOPs (no run timings)"
     share = use["overhead_share"]
     overhead = "" if share is None else f"; per-run overhead {100 * share:.1f}%"
     return (
         f"machine use: {use['flops']:.3g} training FLOPs in {use['busy_wall_s'] / 3600:.2f} h busy wall = "
-        f"{use['achieved_flops_per_s'] / 1e9:.1f} GFLOP/s, {100 * use['utilisation']:.1f}% of the fp32 "
-        f"matmul peak of this machine (best probe, {use['peak_flops_per_s'] / 1e9:.0f} GFLOP/s){overhead}"
+        f"{throughput}{overhead}"
     )
 
 

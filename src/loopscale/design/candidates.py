@@ -154,7 +154,11 @@ def candidates_from_spec(
         raise UserError(f"phi needs at least two loop counts r, got {chosen_rs}")
     if len(grid) < 2:
         raise UserError("a design needs at least two budgets (beta is unidentifiable at one)")
-    group_spec = RunGroup(base.name, chosen_rs, grid, dict(base.model), dict(base.train), base.bptt)
+    # replace re-validates the group and each of its cells (a NaN/inf or non-positive budget, a repeated
+    # width) before the planner names runs after them
+    group_spec = replace(
+        base, rs=chosen_rs, grid=grid, model=dict(base.model), train=dict(base.train), seeds=None
+    )
     cand_spec = replace(spec, groups=[group_spec], seeds=[0])
     runs = plan_sweep(cand_spec)
     return Candidates(runs=runs, spec=spec, group=group_spec, fixed=np.zeros(len(runs), bool))

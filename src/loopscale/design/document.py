@@ -31,7 +31,11 @@ def design_groups(cands: Candidates, idx: np.ndarray, name: str) -> list[RunGrou
     for rs, grid in sorted(by_rs.items(), key=lambda item: (-len(item[0]), item[0])):
         label = name if len(by_rs) == 1 else f"{name}-r{'.'.join(map(str, rs))}"
         cells = [BudgetWidths(b, sorted(ws)) for b, ws in sorted(grid.items())]
-        groups.append(RunGroup(label, list(rs), cells, dict(base.model), dict(base.train), base.bptt))
+        # replace re-validates the group and its cells, as a spec's loader does
+        groups.append(
+            replace(base, name=label, rs=list(rs), grid=cells, model=dict(base.model), train=dict(base.train),
+                    seeds=None)
+        )
     return groups
 
 

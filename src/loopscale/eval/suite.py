@@ -334,14 +334,12 @@ def eval_sweep(
     task once for all the runs it evaluates. Interrupted, it loses only the runs in flight (each eval.json
     is written whole or not at all). Returns counts of evaluated / done / skipped runs."""
     from loopscale.sweep.plan import local_layout
-    from loopscale.sweep.rundir import run_dir, run_state
+    from loopscale.sweep.rundir import run_dir, run_names, run_state
 
     root = Path(sweep_dir)
-    if not (root / "runs").is_dir():
-        raise UserError(f"{root} is not a sweep folder (no runs/ folder); run `loopscale sweep` first")
+    names = run_names(root)
     if workers is not None and workers < 1:
         raise UserError(f"--workers must be >= 1, got {workers}")
-    names = sorted(p.name for p in (root / "runs").iterdir() if p.is_dir())
     settings = {**(settings or {}), "r_requested": r}
     wanted = {task.name: task.digest for task in tasks}
     counts = {"evaluated": 0, "done": 0, "skipped": 0}

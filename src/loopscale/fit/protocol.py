@@ -373,7 +373,7 @@ def run_protocol(
     form: str = "paper",
     noise: float | None = None,
     law_check: bool = True,
-    check_resamples: int = 100,
+    check_resamples: int | None = None,
 ) -> Protocol:
     """Run the method §8 protocol on ``table`` (see the module docstring); ``bootstrap=0``: no bootstrap.
 
@@ -388,8 +388,8 @@ def run_protocol(
     ``form``: the paper's law or one of its one-parameter extensions (``law.EXTENSIONS``) as the main fit;
     the paper's joint fit is always made too (``forms["joint"]``) and ``law_check`` checks it against the
     runs (``fit.lawcheck``; ``noise`` in nats where the table has no replicate seeds, ``check_resamples``
-    for its CIs). The reported CIs (``ci``) come from the random-effects bootstrap of the main fit; the
-    cell bootstrap and the profile stay beside them.
+    for its CIs: default min(100, ``bootstrap``)). The reported CIs (``ci``) come from the random-effects
+    bootstrap of the main fit; the cell bootstrap and the profile stay beside them.
     """
     if split not in ("paper", "ls"):
         raise UserError(f"unknown split {split!r}; use 'paper' or 'ls'")
@@ -473,7 +473,7 @@ def run_protocol(
                 forms["joint"],
                 halves if extension is None and fix_phi is None else None,
                 noise=noise,
-                resamples=check_resamples,
+                resamples=min(100, bootstrap) if check_resamples is None else check_resamples,
                 seed=seed,
                 advance=advance,
             )
@@ -544,7 +544,7 @@ def run_protocol(
         table_summary=summary,
         settings=settings,
         notes=notes,
-        diagnostics=diagnose(main, forms, boot, prof),
+        diagnostics=diagnose(main, forms, interval or boot, prof),  # the reported interval's bootstrap
         profile=prof,
         interval=interval,
         law_check=check,
@@ -581,9 +581,8 @@ def _budget_halves(table, law, fix_phi, restarts, seed, notes) -> dict[str, LawF
     if len(budgets) < 4:
         notes.append(f"no budget-half refits: {len(budgets)} budget(s), each half needs at least 2")
         return {}
-    cut = budgets[len(budgets) // 2]
     halves = {}
-    for name, mask in (("low", table.budget < cut), ("high", table.budget >= cut)):
+    for name, mask in table.budget_halves().items():
         try:
             halves[name] = fit_law(
                 table.subset(mask), form=law, fix_phi=fix_phi, restarts=restarts, seed=seed

@@ -66,6 +66,15 @@ class RunTable:
         cols = {name: getattr(self, name)[mask] for name in _COLUMNS}
         return RunTable(**cols, skipped=list(self.skipped))
 
+    def budget_halves(self) -> dict[str, np.ndarray]:
+        """Masks of the lower and upper halves of the sorted budgets ({"low", "high"}; an odd middle budget
+        goes to "high"); empty without budgets."""
+        if not self.has_budget:
+            return {}
+        budgets = sorted(set(self.budget.tolist()))
+        cut = budgets[len(budgets) // 2]
+        return {"low": self.budget < cut, "high": self.budget >= cut}
+
     def cells(self) -> tuple[np.ndarray, list[tuple[float, int]]]:
         """Bootstrap blocks: (cell index per row, cell keys (budget, r)); without budgets each run is one."""
         if not self.has_budget:

@@ -32,6 +32,7 @@ from loopscale.fit.plots import method_name, no_data_note, panel_grid
 from loopscale.fit.table import SkippedRunsWarning
 from loopscale.io import atomic_write, atomic_write_json, atomic_write_text
 from loopscale.paper import JOINT_FIT, PHI_CI
+from loopscale.published import path_from, relative_text
 from loopscale.report.document import Bullets, Document, Image, Pre, Section, Table
 from loopscale.sweep.collect import collect
 from loopscale.sweep.results import NO_TASKS, SE_PREFIX, TASKS_PREFIX, read_results
@@ -80,11 +81,11 @@ def build_report(
         bootstrap=bootstrap,
         seed=seed,
         flops_model=template,
-        template_source=f"the sweep's template ({sweep_dir / 'sweep.yaml'})",
+        template_source=f"the sweep's template ({path_from(folder, sweep_dir / 'sweep.yaml')})",
     )
     doc = protocol.to_dict()
     skipped = list(table.skipped)
-    baselines = _baselines(spec)
+    baselines = _baselines(spec, folder)
     summary = summary_line(doc, len(table), len(rows), skipped, spec.name, _below_bigram(baselines, rows))
 
     figures = plot_protocol(protocol, table, folder / "plots", baselines["values"])
@@ -281,7 +282,11 @@ def _union_seconds(spans: list[tuple[float, float]]) -> float:
 def machine_use(rows: list[dict], peak_flops: float | None = None) -> dict:
     """How well the sweep used the machine: training FLOPs of the finished runs over their busy wall time
     (the union of the runs' process spans, which overlap when several workers run) against the machine's
-    measured fp32 matmul peak, and the per-run overhead (process wall − training-loop time)."""
+    measured fp32 matmul peak, and the per-run overhead (process wall − training-loop time).
+
+    ``peak_flops`` (FLOP/s): a given peak; None probes this machine (``train.perf.peak_measurement``). A
+    peak probed while other work loaded the machine reads low, so no utilisation is computed from it:
+    ``peak_load`` then records that load (``load_1min``, ``cores``) and ``utilisation`` stays None."""
     ok = [r for r in rows if r.get("status") == "ok"]
     timed = [
         r
@@ -299,6 +304,7 @@ def machine_use(rows: list[dict], peak_flops: float | None = None) -> dict:
         "busy_wall_s": None,
         "achieved_flops_per_s": None,
         "peak_flops_per_s": None,
+        "peak_load": None,
         "utilisation": None,
     }
     if walls and all(math.isfinite(t) for t in trains):
@@ -312,13 +318,35 @@ def machine_use(rows: list[dict], peak_flops: float | None = None) -> dict:
             if peak_flops is None:
                 import torch
 
-                from loopscale.train.perf import peak_flops as cached_peak
+                from loopscale.train.perf import peak_measurement
 
                 torch.set_num_threads(os.cpu_count() or 1)
-                peak_flops = cached_peak("cpu", "float32")  # the best measured here (re-measured daily)
+                peak = peak_measurement("cpu", "float32")  # the best idle probe here (re-measured daily)
+                peak_flops = peak.flops
+                if peak.busy:
+                    out["peak_load"] = {"load_1min": peak.load.load_1min, "cores": peak.load.cores}
             out["peak_flops_per_s"] = float(peak_flops)
-            out["utilisation"] = out["achieved_flops_per_s"] / peak_flops
+            if out["peak_load"] is None:
+                out["utilisation"] = out["achieved_flops_per_s"] / peak_flops
     return out
+
+
+def throughput_text(use: dict) -> str | None:
+    """What the sweep achieved against the machine's fp32 matmul peak (a ``machine_use`` dict), the one
+    wording of the report's and the sweep's machine-use line; None without run timings."""
+    if use["achieved_flops_per_s"] is None:
+        return None
+    achieved = f"{use['achieved_flops_per_s'] / 1e9:.1f} GFLOP/s"
+    if use["utilisation"] is not None:
+        return (
+            f"{achieved} = {100 * use['utilisation']:.1f}% of the fp32 matmul peak of this machine "
+            f"({use['peak_flops_per_s'] / 1e9:.0f} GFLOP/s, all cores)"
+        )
+    load = use["peak_load"]
+    # a peak cached before loads were recorded carries none (an infinite load, null in fit.json)
+    known = load["load_1min"] is not None and math.isfinite(load["load_1min"])
+    shown = f"load {load['load_1min']:.1f} on {load['cores']} cores" if known else "load not recorded"
+    return f"{achieved}; no utilisation: peak not measured on an idle machine ({shown})"
 
 
 def _machine_section(use: dict) -> Section:
@@ -331,20 +359,20 @@ def _machine_section(use: dict) -> Section:
             f"Per-run overhead (process start, dataset, model build, final evaluation, writes): "
             f"{100 * use['overhead_share']:.1f}% of the run processes' time."
         )
-    if use["utilisation"] is not None:
+    throughput = throughput_text(use)
+    if throughput is not None:
         lines.append(
             f"Busy wall time {use['busy_wall_s'] / 3600:.2f} h over {use['timed_runs']} timed runs: "
-            f"{use['achieved_flops_per_s'] / 1e9:.1f} GFLOP/s = {100 * use['utilisation']:.1f}% of the "
-            f"fp32 matmul peak measured on the reporting machine ({use['peak_flops_per_s'] / 1e9:.0f} "
-            "GFLOP/s, all cores)."
+            f"{throughput}."
         )
     else:
         lines.append("Sweep utilisation: not available (the runs carry no start and finish times).")
     return Section("Machine use", lines)
 
 
-def _baselines(spec) -> dict:
-    """Unigram/bigram cross-entropy of the sweep's validation tokens, or why they are not available."""
+def _baselines(spec, folder: Path) -> dict:
+    """Unigram/bigram cross-entropy of the sweep's validation tokens, or why they are not available; the
+    dataset path relative to the report ``folder`` (a published report names no machine path)."""
     from loopscale.data.baselines import dataset_baselines
     from loopscale.data.dataset import PackedDataset
     from loopscale.train.config import DEFAULT_DATASET
@@ -356,8 +384,8 @@ def _baselines(spec) -> dict:
         val_tokens = data.get("val_tokens") or ds.num_rows("val") * ds.seq_len
         values = dataset_baselines(path, int(val_tokens))
     except UserError as exc:
-        return {"values": None, "note": f"not available: {exc}"}
-    return {"values": values.to_dict(), "dataset": str(path), "note": None}
+        return {"values": None, "note": f"not available: {relative_text(str(exc), folder)}"}
+    return {"values": values.to_dict(), "dataset": path_from(folder, path), "note": None}
 
 
 def _below_bigram(baselines: dict, rows: list[dict]) -> tuple[int, int, float] | None:

@@ -8,6 +8,8 @@ import html
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loopscale.published import path_from
+
 
 @dataclass
 class Table:
@@ -61,7 +63,7 @@ class Document:
                     out.append("")
                 elif isinstance(block, Image):
                     caption = block.caption.replace("*", "\\*")  # L*, N* must not end the italics
-                    out += [f"![{block.caption}]({_relative(block.path, base)})", f"*{caption}*", ""]
+                    out += [f"![{block.caption}]({path_from(base, block.path)})", f"*{caption}*", ""]
                 elif isinstance(block, Pre):
                     out += ["```", block.text.rstrip("\n"), "```", ""]
         return "\n".join(out)
@@ -126,10 +128,3 @@ def _inline(text: str) -> str:
     text = "".join(f"<b>{p}</b>" if i % 2 else p for i, p in enumerate(parts))
     parts = text.split("`")
     return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
-
-
-def _relative(path: Path, base: Path) -> str:
-    try:
-        return str(Path(path).resolve().relative_to(Path(base).resolve()))
-    except ValueError:
-        return str(Path(path).resolve())

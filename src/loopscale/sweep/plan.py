@@ -23,6 +23,7 @@ from loopscale.paper import grid_runs
 from loopscale.progress import progress_bar
 from loopscale.sweep.results import PLAN_COLUMNS, read_results
 from loopscale.sweep.spec import RunGroup, SweepSpec
+from loopscale.train.perf import MachineLoad, machine_load
 
 
 @dataclass(frozen=True)
@@ -249,10 +250,10 @@ class WallEstimate:
         """The layout and what the estimate rests on, for the plan's estimate line."""
         raise NotImplementedError
 
-    @property
-    def busy(self) -> bool:
-        """True when the estimate reads low because other work shared the cores while it was measured."""
-        return False
+    def busy_note(self) -> str | None:
+        """``MachineLoad.note`` when the estimate is pessimistic because other work shared the cores while it
+        was measured, else None."""
+        return None
 
     def sweep_seconds(self, runs: list[PlannedRun]) -> float:
         """Estimated wall time of ``runs`` spread over ``workers`` concurrent runs (seconds)."""
@@ -276,12 +277,15 @@ class ThroughputProbe(WallEstimate):
     eval_tokens_per_s: dict[int, float] = field(default_factory=dict)  # width → forward-only tokens/s
     val_tokens: int = 0  # tokens of each run's final evaluation
     start_seconds: float = 0.0  # one run process: interpreter, torch import, model build
-    load_per_core: float | None = None  # 1-minute load average / cores just before the probe
+    load: MachineLoad | None = None  # the machine's load just before the probe
 
-    @property
-    def busy(self) -> bool:
-        """True when other work shared the cores during the probe, so its rates read low."""
-        return self.load_per_core is not None and self.load_per_core > 0.5
+    def busy_note(self) -> str | None:
+        """The shared busy-machine hint when other work shared the cores during the probe (its rates read
+        low), else None."""
+        if self.load is None:
+            return None
+        return self.load.note("the probe's rates read low, so the estimate is pessimistic; plan again on an "
+                              "idle machine")
 
     def summary(self) -> dict:
         """What the estimate rests on, for the JSON plan."""
@@ -292,7 +296,7 @@ class ThroughputProbe(WallEstimate):
             "threads": self.threads,
             "probe_eval_tokens_per_s": self.eval_tokens_per_s,
             "start_seconds": round(self.start_seconds, 2),
-            "load_per_core": self.load_per_core,
+            "load_per_core": None if self.load is None else self.load.per_core,
             "note": "estimate from a throughput probe: training, start and final evaluation; no compile",
         }
 
@@ -431,7 +435,7 @@ def measure_throughput(
         from loopscale.train.optim import build_optimizers, lr_data_tokens, peak_learning_rates
 
         rates, eval_rates, device, val_tokens = {}, {}, "cpu", 0
-        load = os.getloadavg()[0] / (os.cpu_count() or 1) if hasattr(os, "getloadavg") else None
+        load = machine_load()
         torch.manual_seed(0)
         threads_before = torch.get_num_threads()
         threads = max(1, (os.cpu_count() or 1) // workers)  # what each of ``workers`` CPU runs gets
@@ -493,7 +497,7 @@ def measure_throughput(
         eval_tokens_per_s=eval_rates,
         val_tokens=val_tokens,
         start_seconds=start_seconds,
-        load_per_core=load,
+        load=load,
     )
 
 
@@ -563,11 +567,9 @@ def format_plan(spec: SweepSpec, runs: list[PlannedRun], fmt: str, probe: WallEs
             f"ESTIMATE of wall time on this machine: {format_seconds(probe.sweep_seconds(runs))} with "
             f"{probe.describe()}"
         )
-        if probe.busy:
-            lines.append(
-                f"note: the machine was busy during the probe (load {probe.load_per_core:.1f} per core), so "
-                "the rates read low and the estimate is pessimistic; plan again on an idle machine"
-            )
+        busy = probe.busy_note()
+        if busy:
+            lines.append(busy)
     return "\n".join(lines) + "\n"
 
 

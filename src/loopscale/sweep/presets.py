@@ -139,12 +139,13 @@ PRESETS: dict[str, dict[str, Any]] = {
     # The laptop sweep (docs/sweeps.md): a width × budget factorial, so that a φ that moves with budget can be
     # told from one that moves with width. Widths 32/48/64 at every budget: the measured iso-FLOP minima of
     # results/laptop (d* ≈ 31–33 at 2.5e12, 35–40 at 4.3e12, 42–47 at 7.3e12, 48–52 at 1.25e13) lie inside
-    # 32–64 from 2.5e12 up, d = 16 is above the bigram table at r ≥ 4, and 3.2e12 is the lowest budget at
-    # which d = 64 stays below it at every r. 1.25e13 is the highest at which d = 32 reads each training token
-    # at most once. Twelve replicate runs (seed 1) spread over every r, budget and width pin the seed noise
-    # for the law check's lack-of-fit test; the fit pools them with seed 0 by (budget, width, r).
-    # ≈ 2.8 h on 2 cores with 2 workers × 1 thread (`loopscale plan --preset laptop --timings
-    # results/laptop/results.csv`).
+    # 32–64 from 2.5e12 up; d = 16 is above the bigram table at r ≥ 4; at 3.2e12 d = 64 is predicted ≤ 3.99
+    # nats at every r (bigram 4.078; r = 8 scored 4.038 at 2.9e12). 1.25e13 is the highest budget at which
+    # d = 32 reads each training token at most once. Twelve replicate runs (seed 1) spread over every r,
+    # budget and width pin the seed noise for the law check's lack-of-fit test; the fit pools them with seed 0
+    # by (budget, width, r). The recipe is the first sweep's: the pilots of a shared per-r LR and of head
+    # dim 8 did not reduce the r × width misfit (results/laptop-pilots/analysis.md). ≈ 2.8 h on 2 idle cores
+    # with 2 workers × 1 thread (`loopscale plan --preset laptop --timings results/laptop/results.csv`).
     "laptop": {
         "name": "laptop",
         "batch_tokens": 2048,  # 16 rows × T = 128

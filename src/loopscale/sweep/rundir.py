@@ -65,6 +65,15 @@ def run_dir(root: Path, name: str) -> Path:
     return Path(root) / "runs" / name
 
 
+def run_names(root: Path) -> list[str]:
+    """The names of sweep folder ``root``'s run folders (``root/runs/NAME``), sorted; a one-line UserError
+    when it has no runs/ folder (what ``eval-sweep`` needs; ``open_sweep`` needs sweep.yaml as well)."""
+    runs = Path(root) / "runs"
+    if not runs.is_dir():
+        raise UserError(f"{root} is not a sweep folder (no runs/ folder); run `loopscale sweep` first")
+    return sorted(p.name for p in runs.iterdir() if p.is_dir())
+
+
 def read_json(path: Path) -> dict:
     """Read a JSON object; a truncated or invalid file is a one-line UserError naming it (file kept)."""
     try:
