@@ -93,15 +93,9 @@ def reports(tmp_path_factory) -> dict[tuple[str, ...], dict]:
     return dict(zip(COMMANDS, run_missing(list(COMMANDS), tmp_path_factory.mktemp("fast_fail"))))
 
 
-# `design` reads --from after cli/design.py has imported the design search (SciPy); its owner moves the check.
-_DESIGN_PENDING = pytest.mark.xfail(
-    strict=True, reason="cli/design.py imports the design search (SciPy) before it checks --from"
-)
-
-
 @pytest.mark.parametrize(
     "argv",
-    [pytest.param(a, marks=_DESIGN_PENDING) if a[0] == "design" else a for a in COMMANDS],
+    COMMANDS,
     ids=[" ".join(a[:2]) for a in COMMANDS],
 )
 def test_missing_input_fails_before_heavy_imports(argv, reports):

@@ -83,7 +83,10 @@ def progress_bar(
         terminal = sys.stderr.isatty()
         bar = _make_bar(total, desc, unit, terminal)
         stop = threading.Event()
-        beat = threading.Thread(target=_heartbeat, args=(bar, stop), name="loopscale-progress", daemon=True)
+        beat_drawn = [0.0, 0]  # (time, count) of the heartbeat's last draw
+        beat = threading.Thread(
+            target=_heartbeat, args=(bar, stop, beat_drawn), name="loopscale-progress", daemon=True
+        )
         beat.start()
         finished = False
         try:
@@ -92,6 +95,8 @@ def progress_bar(
         finally:
             stop.set()
             beat.join()
+            if beat_drawn[0] > bar.last_print_t:  # tqdm counts only its own draws as shown
+                bar.last_print_t, bar.last_print_n = beat_drawn
             # the final line: not after an exception, nor twice in a log (its last line shows the count)
             bar.leave = finished and (terminal or bar.last_print_n != bar.n)
             if finished and upper_bound and bar.total is not None and bar.n < bar.total:
@@ -145,18 +150,24 @@ def _make_bar(total: float | None, desc: str, unit: str, terminal: bool):
     )
 
 
-def _heartbeat(bar, stop: threading.Event) -> None:
-    """Draw ``bar`` once its first-draw delay is over, then whenever nothing was drawn for its interval, so
-    a phase whose units are slow still shows its elapsed time."""
+def _heartbeat(bar, stop: threading.Event, drawn: list) -> None:
+    """Draw ``bar`` once its first-draw delay is over, then whenever nothing was drawn for its interval and
+    no unit finished since (slow units: the line shows the elapsed time). Units that did finish are drawn by
+    tqdm's own update, which also times the rate; the heartbeat steps in for them only after two intervals
+    of silence. ``drawn``: set to [time, count] of each draw of its own."""
     last_beat = 0.0  # tqdm's last_print_t counts only the redraws of update(), which also time the rate
     while not stop.wait(min(bar.delay, bar.mininterval) / 4 or 0.05):
         now = bar._time()
         if now < bar.start_t + bar.delay:
             continue
         last_drawn = max(bar.last_print_t, last_beat)
-        if last_drawn <= bar.start_t or now - last_drawn >= bar.mininterval:
+        silent = now - last_drawn
+        idle = bar.n == bar.last_print_n
+        if last_drawn <= bar.start_t or silent >= (1 if idle else 2) * bar.mininterval:
+            count = bar.n
             bar.refresh()
             last_beat = now
+            drawn[:] = [now, count]
 
 
 class _OneLinePerRedraw:

