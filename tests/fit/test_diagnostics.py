@@ -72,7 +72,8 @@ def test_r2_is_reported_beside_the_objective_with_a_note(well_posed):
     assert text.splitlines()[0] == well_posed.diagnostics["verdict"]
     assert "objective vs R2: " + note in text
     line = next(x for x in text.splitlines() if x.startswith("phi = "))
-    assert "bootstrap CI [" in line and "profile interval [" in line and "intervals agree" in line
+    assert "CI [" in line and "(random-effects bootstrap)" in line and "cell bootstrap [" in line
+    assert "profile interval [" in line and "intervals agree" in line
 
 
 def test_demo_like_grid_is_flagged_not_identified(badly_posed):

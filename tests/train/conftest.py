@@ -16,6 +16,16 @@ from loopscale.data import pack_corpus, train_corpus_tokenizer, write_corpus
 from loopscale.data.corpus import Document
 from loopscale.train import DataConfig, OptimConfig, TrainConfig
 
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Every training test starts at one torch thread: an in-process run elsewhere in the suite (``train``
+    sets torch's threads to its config's) must not leak its thread count into a test that records it."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
 SEQ_LEN = 32
 VOCAB = 320
 WORDS = (

@@ -327,13 +327,15 @@ def law_check_lines(check: dict) -> list[str]:
             f"    C={row['budget']:.3g}: RMSE {row['rmse']:.4f}{units}, bias {row['bias']:+.4f}, "
             f"p = {row['p']:.2g}"
         )
-    lines.append(f"  {'form':<13}{'extra':>26}{'phi0':>8}{'LR':>7}{'p':>9}{'AIC':>9}{'LOBO RMSE':>11}")
+    lines.append(
+        f"  {'form':<13}{'extra':>26}{'phi0':>8}{'LR':>7}{'F':>7}{'p (F)':>9}{'AIC':>9}{'LOBO RMSE':>11}"
+    )
     paper_lobo = check.get("paper_lobo_rmse")
-    lines.append(f"  {'paper':<13}{'':>26}{'':>8}{'':>7}{'':>9}{'':>9}{_num(paper_lobo):>11}")
+    lines.append(f"  {'paper':<13}{'':>26}{'':>8}{'':>7}{'':>7}{'':>9}{'':>9}{_num(paper_lobo):>11}")
     for ext in check["extensions"]:
         extra = f"{ext['estimate']:+.3f}{_ci_text(ext.get('ci'))}"
         lines.append(
-            f"  {ext['form']:<13}{extra:>26}{ext['phi0']:8.3f}{ext['lr']:7.1f}{ext['p']:9.2g}"
+            f"  {ext['form']:<13}{extra:>26}{ext['phi0']:8.3f}{ext['lr']:7.1f}{ext['F']:7.1f}{ext['p']:9.2g}"
             f"{ext['aic']:9.1f}{_num(ext['lobo_rmse']):>11}"
         )
     halves = check.get("halves") or {}

@@ -523,10 +523,11 @@ def _law_check_section(doc, figure: Path | None = None) -> Section:
         selected = check.get("selected_form")
         blocks.append(
             "One-parameter extensions of the law (each against the constant-φ law: likelihood-ratio "
-            "statistic LR, AIC, residual RMSE and leave-one-budget-out RMSE; CI from the cell bootstrap)"
+            "statistic LR, extra-sum-of-squares F and its p-value, AIC, residual RMSE and "
+            "leave-one-budget-out RMSE; CI from the cell bootstrap)"
             + (f"; selected form: {selected}." if selected else ".")
         )
-        header = ["form", "extra parameter", "estimate", "CI", "base φ", "LR", "p", "AIC", "RMSE"]
+        header = ["form", "extra parameter", "estimate", "CI", "base φ", "LR", "F", "p", "AIC", "RMSE"]
         blocks.append(
             Table(
                 [*header, "leave-out RMSE"],
@@ -538,6 +539,7 @@ def _law_check_section(doc, figure: Path | None = None) -> Section:
                         _ci_text(e.get("ci")),
                         _num(e.get("phi0"), "{:.3f}"),
                         _num(e.get("lr"), "{:.1f}"),
+                        _num(e.get("F"), "{:.1f}"),
                         _num(e.get("p"), "{:.2g}"),
                         _num(e.get("aic"), "{:.1f}"),
                         _num(e.get("rmse"), "{:.4f}"),
