@@ -40,7 +40,7 @@ VARIANTS = {
     "hd8": ("model.head_dim = 8 (d = 16 → 2 heads, 32 → 4, 64 → 8)", []),
 }
 # the pilot sweep folders (outside the repository: checkpoints) whose unfinished runs are read
-PILOTS = Path("/work/pilots")
+PILOTS = Path(sys.argv[1] if len(sys.argv) > 1 else "pilots")  # the pilot sweeps' folder (argument 1)
 PILOT_FOLDERS = {"lr-shared": ["lr-r2", "lr-r8"], "hd8": ["hd8-r1", "hd8-d64"]}
 COLUMNS = ["run", "budget", "width", "r", "n_once", "n_rec", "tokens", "loss"]
 
