@@ -38,9 +38,8 @@ def test_ctrl_c_is_acknowledged_at_once_with_the_resume_command(dataset, tmp_pat
             assert proc.poll() is None, err_path.read_text()
             time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
-        hang_guard = time.monotonic() + 300  # the held run waits forever if the interrupt goes unanswered
         while "interrupt received" not in err_path.read_text():  # said while the step is still held
-            assert proc.poll() is None and time.monotonic() < hang_guard, err_path.read_text()
+            assert proc.poll() is None, err_path.read_text()
             time.sleep(0.05)
         (markers / "release").touch()
         assert proc.wait() == 130, err_path.read_text()
