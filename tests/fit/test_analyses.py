@@ -107,6 +107,8 @@ def test_parabola_vertex_is_exact_on_quadratic_cells():
     assert len(minima) == 4
     for m in minima:
         assert m["bracketed"] and "reason" not in m
+        # the 2e18 vertex (21.75) lies next to the widest run (21.82): its runs do not bracket it
+        assert m["runs_bracket"] is (m["budget"] == 1e18)
         c0, c1, c2 = {1e18: (2.9, -0.2, 0.05), 2e18: (2.7, -0.3, 0.04)}[m["budget"]]
         assert math.log(m["n_star"]) == pytest.approx(18 - c1 / (2 * c2), abs=1e-9)
         assert m["loss_star"] == pytest.approx(

@@ -210,13 +210,18 @@ def test_not_bracketed_cells_print_no_vertex(reported):
 def test_minima_table_gives_a_vertex_only_where_it_is_bracketed(reported):
     root, _ = reported
     doc = copy.deepcopy(json.loads((root / "report" / "fit.json").read_text()))
-    doc["cell_minima"][0].update(bracketed=True, n_star=12345.0, loss_star=3.21, reason=None)
+    doc["cell_minima"][0].update(
+        bracketed=True, n_star=12345.0, loss_star=3.21, reason=None, runs_bracket=False
+    )
     doc["cell_minima"][1].update(
         bracketed=False, n_star=None, loss_star=None, reason="vertex above the widest"
     )
     md = Document("t", sections=[_minima_section(doc)]).markdown(root)
     rows = [line for line in md.splitlines() if line.startswith("| ") and "FLOPs" not in line]
     assert "| 12.3K | 3.2100 |" in rows[0]
+    # a vertex whose lowest run sits at an end of the widths says so, and is not counted as bracketed by runs
+    assert rows[0].rstrip().endswith("| lowest loss at an end of the width range |")
+    assert "1 of " in md and "in 0 the runs themselves do" in md
     assert "| not bracketed | – | – | vertex above the widest |" in rows[1]
     assert not re.search(r"\| \d[\d.]*[KMB]? \| \d+\.\d{4} \|", "\n".join(rows[1:]))
 

@@ -250,7 +250,9 @@ def parabola_minima(table: RunTable) -> list[dict]:
     A vertex is reported only when the runs bracket it (``bracketed`` true): at least 3 distinct sizes, a
     parabola that opens upwards, and a vertex inside [smallest, largest] N run. Otherwise ``n_star`` and
     ``loss_star`` are None and ``reason`` says why; an extrapolated vertex is never given as a number (it
-    can be absurd, e.g. a negative loss).
+    can be absurd, e.g. a negative loss). ``runs_bracket`` is the stricter, model-free test: the lowest-loss
+    run has a larger-loss run on each side in N. A vertex that is bracketed while its runs are not (lowest
+    loss at the narrowest or widest run) rests on the parabola's shape alone.
     """
     if not table.has_budget:
         return []
@@ -265,6 +267,7 @@ def parabola_minima(table: RunTable) -> list[dict]:
             "n_star": None,
             "loss_star": None,
             "bracketed": False,
+            "runs_bracket": bool(log_n.min() < log_n[np.argmin(loss)] < log_n.max()),
         }
         if len(set(log_n.tolist())) < 3:
             row["reason"] = "fewer than 3 widths run at this budget"

@@ -871,16 +871,21 @@ def _minima_section(doc) -> Section:
             continue
         gap = gaps.get((m["budget"], m["r"]))
         gap_text = "–" if gap is None else f"{gap:+.4f}"
-        rows.append([*head, count_label(m["n_star"]), f"{m['loss_star']:.4f}", gap_text, ""])
+        # fit.json files written before runs_bracket existed: no note rather than a guess
+        edge = "lowest loss at an end of the width range" if m.get("runs_bracket") is False else ""
+        rows.append([*head, count_label(m["n_star"]), f"{m['loss_star']:.4f}", gap_text, edge])
     bracketed = sum(m["bracketed"] for m in doc["cell_minima"])
+    by_runs = sum(bool(m.get("runs_bracket")) for m in doc["cell_minima"])
     return Section(
         "Empirical iso-FLOP minima (parabola in log N per cell, method §8.7)",
         [
-            f"{bracketed} of {len(doc['cell_minima'])} cells bracket their minimum.",
+            f"{bracketed} of {len(doc['cell_minima'])} cells bracket their minimum; in {by_runs} the runs "
+            "themselves do (the lowest loss has a higher one on each side in N).",
             Table(["C (FLOPs)", "r", "runs", "N*", "L* (nats)", "gap to r=1", "note"], rows),
             "A vertex is given only where the widths run bracket it (at least three sizes, a parabola that "
             "opens upwards, the vertex between the smallest and largest N run); otherwise the cell is "
-            '"not bracketed" and a wider width range at that budget is needed.',
+            '"not bracketed" and a wider width range at that budget is needed. A vertex whose lowest run is '
+            "at an end of the width range rests on the parabola's shape alone.",
         ],
     )
 
