@@ -24,6 +24,7 @@ from loopscale.cli import main
 from loopscale.fit.labels import flops_label
 from loopscale.fit.plots import FIGURES
 from loopscale.report.build import (
+    _design_checks_section,
     _intervals_text,
     _law_check_section,
     _law_verdict,
@@ -550,3 +551,71 @@ def test_an_axis_without_data_says_no_data():
         assert not panels["knowledge"].texts and panels["knowledge"].get_legend() is not None
     finally:
         plt.close(fig)
+
+
+def _design_doc(selected: str, rmse: float, top_rmse: float) -> dict:
+    lobo = [{"budget": 1e12, "n": 4, "rmse": 0.5}, {"budget": 4e12, "n": 4, "rmse": top_rmse}]
+    return {
+        "law_check": {
+            "noise": {"sigma": 0.01, "df": 8, "ci": [0.007, 0.019], "replicated_runs": 16,
+                      "source": "replicates"},
+            "rmse": 0.05,
+            "leave_one_budget_out": [{"budget": 4e12, "n": 4, "rmse": 0.5}],
+            "extensions": [{"form": "phi-trend-c", "rmse": rmse, "leave_one_budget_out": lobo}],
+            "selected_form": selected,
+            "decomposition": {"r": 0.1, "r_x_width": 0.7},
+        },
+        "cell_minima": [
+            {"budget": 1e12, "r": 1, "bracketed": True, "runs_bracket": False},
+            {"budget": 1e12, "r": 8, "bracketed": True, "runs_bracket": False},
+            {"budget": 4e12, "r": 1, "bracketed": True, "runs_bracket": True},
+        ],
+    }  # fmt: skip
+
+
+def _design_rows(widths_at_top=(16, 32)) -> list[dict]:
+    rows = [
+        {"run": f"a{w}", "budget": 1e12, "width": w, "loss": 4.0 + w / 1000, "status": "ok"} for w in (16, 32)
+    ]
+    rows += [{"run": f"b{w}", "budget": 4e12, "width": w, "loss": 3.5, "status": "ok"} for w in widths_at_top]
+    return rows + [{"run": "c", "budget": 4e12, "width": 64, "loss": math.nan, "status": "failed"}]
+
+
+def _checks(section: Section, tmp_folder) -> dict[str, list[str]]:
+    md = Document("t", sections=[section]).markdown(tmp_folder)
+    lines = [line for line in md.splitlines() if line.startswith("| ")]
+    cells = [[f.strip() for f in line.strip("|").split("|")] for line in lines]
+    return {row[0]: row[1:] for row in cells[1:]}
+
+
+def test_design_checks_show_each_target_with_its_measured_value(tmp_path):
+    """Issue 19: where a design goal is missed, the report says by how much (the measured value beside the
+    target) and where (the cells, the runs); the selected form's RMSE and top-budget leave-out are used."""
+    section = _design_checks_section(_design_doc("phi-trend-c", 0.015, 0.025), _design_rows(), (2, 4, 4.01))
+    checks = _checks(section, tmp_path)
+    assert checks["same widths at every budget (budget and width not confounded)"] == [
+        "widths 16, 32 at all 2 budgets", "yes", "yes"]  # fmt: skip
+    assert checks["replicated runs (seed noise σ)"][0].startswith("16 runs: σ = 0.0100 nats on 8 df")
+    assert checks["residual RMSE under the selected form (form phi-trend-c)"] == [
+        "0.0150 nats = 1.5 σ", "≤ 2 σ", "yes"]  # fmt: skip
+    assert checks["top budget (4e12) left out, predicted by form phi-trend-c"] == [
+        "RMSE 0.0250 nats = 2.5 σ", "≤ 2 σ", "**no**"]  # fmt: skip
+    assert checks["iso-FLOP cells bracketed: vertex inside the widths / lowest run inside"] == [
+        "3 / 1 of 3", "all", "**no**"]  # fmt: skip
+    assert checks["runs below the bigram table (4.010 nats)"] == ["2 of 4", "all", "**no**"]
+    notes = "\n".join(section.blocks[-1].items)
+    assert "1e12, r = 1, 8" in notes and "a32 (4.032), a16 (4.016)" in notes
+    assert "structured" not in notes  # the RMSE target is met: no misfit note
+
+
+def test_design_checks_name_a_confounded_grid_and_a_structured_misfit(tmp_path):
+    doc = _design_doc("paper", 0.015, 0.025)
+    checks = _checks(_design_checks_section(doc, _design_rows((32, 64)), None), tmp_path)
+    assert checks["same widths at every budget (budget and width not confounded)"] == [
+        "1e12: [16, 32]; 4e12: [32, 64]", "yes", "**no**"]  # fmt: skip
+    assert checks["residual RMSE under the selected form (the paper's law)"][-1] == "**no**"  # 5 σ
+    top = checks["top budget (4e12) left out, predicted by the paper's law"]
+    assert top[0] == "RMSE 0.5000 nats = 50.0 σ"
+    assert not any(k.startswith("runs below") for k in checks)  # no baselines: no row, no guess
+    notes = "\n".join(_design_checks_section(doc, _design_rows(), None).blocks[-1].items)
+    assert "r × width group means explain 70%" in notes
