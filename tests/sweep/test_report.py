@@ -595,7 +595,9 @@ def test_design_checks_show_each_target_with_its_measured_value(tmp_path):
     checks = _checks(section, tmp_path)
     assert checks["same widths at every budget (budget and width not confounded)"] == [
         "widths 16, 32 at all 2 budgets", "yes", "yes"]  # fmt: skip
-    assert checks["replicated runs (seed noise σ)"][0].startswith("16 runs: σ = 0.0100 nats on 8 df")
+    assert checks["replicated runs (seed noise σ)"][0].startswith(
+        "16 runs in 8 replicated cells: σ = 0.0100 nats on 8 df"
+    )
     assert checks["residual RMSE under the selected form (form phi-trend-c)"] == [
         "0.0150 nats = 1.5 σ", "≤ 2 σ", "yes"]  # fmt: skip
     assert checks["top budget (4e12) left out, predicted by form phi-trend-c"] == [

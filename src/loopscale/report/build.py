@@ -634,7 +634,8 @@ def _design_checks_section(doc, rows: list[dict], below_bigram: tuple[int, int, 
     sigma = noise.get("sigma") if noise.get("source") == "replicates" else None
     replicated = noise.get("replicated_runs") if sigma else 0
     noise_value = (
-        f"{replicated} runs: σ = {sigma:.4f} nats on {noise.get('df')} df, "
+        f"{replicated} runs in {replicated - noise['df']} replicated cells: σ = {sigma:.4f} nats on "
+        f"{noise['df']} df, "
         f"95% CI {_ci_text(noise.get('ci'), 4)}"
         if sigma
         else "none (no replicate seeds)"
