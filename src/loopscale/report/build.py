@@ -86,7 +86,8 @@ def build_report(
     doc = protocol.to_dict()
     skipped = list(table.skipped)
     baselines = _baselines(spec, folder)
-    summary = summary_line(doc, len(table), len(rows), skipped, spec.name, _below_bigram(baselines, rows))
+    below_bigram = _below_bigram(baselines, rows)
+    summary = summary_line(doc, len(table), len(rows), skipped, spec.name, below_bigram)
 
     figures = plot_protocol(protocol, table, folder / "plots", baselines["values"])
     plots = [p for p in figures if p.suffix == ".png"]
@@ -96,10 +97,10 @@ def build_report(
     doc["baselines"] = baselines
     report = Document(
         title=f"loopscale report: sweep {spec.name}",
-        lead=_lead(doc, len(table), len(rows), _baseline_statement(baselines, rows)),
+        lead=_lead(doc, len(table), len(rows), _baseline_statement(baselines, below_bigram)),
     )
     report.sections.append(_law_check_section(doc, residual_figure))
-    report.sections.append(_design_checks_section(doc, rows, _below_bigram(baselines, rows)))
+    report.sections.append(_design_checks_section(doc, rows, below_bigram))
     report.sections.append(_result_section(doc, table, template))
     report.sections.append(_fits_section(doc))
     report.sections.append(_frontier_section(doc))
@@ -395,15 +396,20 @@ def _below_bigram(baselines: dict, rows: list[dict]) -> tuple[int, int, float] |
     values = baselines["values"]
     if values is None:
         return None
-    losses = [row["loss"] for row in rows if row.get("status") == "ok" and math.isfinite(row["loss"])]
+    losses = [row["loss"] for row in _finished(rows)]
     return sum(loss < values["bigram"] for loss in losses), len(losses), values["bigram"]
 
 
-def _baseline_statement(baselines: dict, rows: list[dict]) -> str:
+def _finished(rows: list[dict]) -> list[dict]:
+    """The rows of runs that finished with a finite loss."""
+    return [row for row in rows if row.get("status") == "ok" and math.isfinite(row.get("loss", math.nan))]
+
+
+def _baseline_statement(baselines: dict, below_bigram: tuple[int, int, float] | None) -> str:
     values = baselines["values"]
     if values is None:
         return f"Count-model baselines (unigram / bigram loss of the validation tokens) {baselines['note']}"
-    below, finished, _ = _below_bigram(baselines, rows)
+    below, finished, _ = below_bigram
     return (
         f"Baselines on the same {values['val_tokens']:,} validation tokens: a unigram table scores "
         f"{values['unigram']:.3f} nats and a bigram table (Witten–Bell) {values['bigram']:.3f} nats; "
@@ -603,19 +609,19 @@ def _selected_form(check: dict) -> tuple[str, float | None, list[dict]]:
     return name, ext.get("rmse"), ext.get("leave_one_budget_out") or []
 
 
-def _met(ok: bool | None) -> str:
-    return "–" if ok is None else "yes" if ok else "**no**"
+def _met(ok: bool) -> str:
+    return "yes" if ok else "**no**"
 
 
 def _design_checks_section(doc, rows: list[dict], below_bigram: tuple[int, int, float] | None) -> Section:
     """Can these runs test the law? The factorial laptop design's targets (docs/sweeps.md), each with the
     measured value, so that a missed one shows by how much, and the cells or runs that miss it."""
     check = doc.get("law_check") or {}
-    finished = [row for row in rows if row.get("status") == "ok" and math.isfinite(row.get("loss", math.nan))]
+    finished = _finished(rows)
     table: list[list[str]] = []
     notes: list[str] = []
 
-    def add(name: str, measured: str, target: str, ok: bool | None) -> None:
+    def add(name: str, measured: str, target: str, ok: bool) -> None:
         table.append([name, measured, target, _met(ok)])
 
     widths: dict[float, set[int]] = {}
