@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Commit a sweep's progress so a session that ends (or a machine that is lost) costs nothing finished:
 # sweep.yaml, executor.json (thread policy), every run's run.yaml, and for FINISHED runs only (result.json
-# present) their config.yaml, result.json, metrics.jsonl, train.log and eval.json (downstream eval).
+# present) their config.yaml, result.json, metrics.jsonl, train.log, eval.json (downstream eval) and reused.json
+# (a run taken from a `reuse` sweep folder).
 # Unfinished runs' partial files and all weights/checkpoints stay out (see .gitignore); only paths under
 # SWEEP_DIR are committed, whatever else is staged.
 # Usage: scripts/commit_sweep.sh SWEEP_DIR [MESSAGE]
@@ -16,7 +17,7 @@ for run in "$dir"/runs/*/; do
   paths+=("${run}run.yaml")
   if [ -f "${run}result.json" ]; then
     done_runs=$((done_runs + 1))
-    for f in config.yaml result.json metrics.jsonl train.log eval.json; do
+    for f in config.yaml result.json metrics.jsonl train.log eval.json reused.json; do
       [ -f "$run$f" ] && paths+=("$run$f")
     done
   else  # an unfinished run: keep its partial files out of history

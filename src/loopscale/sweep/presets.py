@@ -82,6 +82,42 @@ _LAPTOP_TRAIN: dict[str, Any] = {
 
 # The factorial laptop sweep's budgets: 3.9× in three steps of ≈ 1.57× (FLOPs).
 _LAPTOP_BUDGETS = (3.2e12, 5.0e12, 8.0e12, 1.25e13)
+_LAPTOP_WIDTHS = [32, 48, 64]
+# A d = 80 column at the top two budgets, added after the factorial ran: its iso-FLOP minima at 1.25e13 sat
+# at d = 64 (r = 1, 4, 8), the widest width run, and the paper finds the truncated-BPTT optimum wider still.
+_LAPTOP_WIDE = [{"budget": c, "widths": [80]} for c in _LAPTOP_BUDGETS[2:]]
+# The factorial's replicate cells: seed 1 at (budget index, width) for r ∈ {1, 4} and for r ∈ {2, 8}.
+_LAPTOP_SEED1_A = [(0, 32), (1, 48), (2, 64)]
+_LAPTOP_SEED1_B = [(1, 32), (2, 48), (3, 64)]
+
+
+def _laptop_cells(cells: list[tuple[int, int]]) -> list[dict]:
+    return [{"budget": _LAPTOP_BUDGETS[i], "widths": [w]} for i, w in cells]
+
+
+def _laptop_case_study(name: str, variant: dict[str, Any]) -> dict[str, Any]:
+    """A case-study arm on the laptop design (docs/sweeps.md, "Case studies"): the variant at r ∈ {2, 4, 8}
+    on every (budget, width) cell of the `laptop` preset (its d = 80 column included) and on the same nine
+    seed-1 replicate cells as the base at r > 1; the r = 1 anchors are the base sweep's own runs, reused from
+    results/laptop-factorial (identical configs, not retrained). ``variant``: the group keys that make the
+    variant (``bptt`` or ``model``)."""
+    grid = [{"budget": c, "widths": list(_LAPTOP_WIDTHS)} for c in _LAPTOP_BUDGETS]
+    grid[2:] = [{"budget": c, "widths": [*_LAPTOP_WIDTHS, 80]} for c in _LAPTOP_BUDGETS[2:]]
+    return {
+        "name": name,
+        "batch_tokens": 2048,
+        "model": _LAPTOP_MODEL,
+        "train": _LAPTOP_TRAIN,
+        "reuse": ["results/laptop-factorial"],
+        "groups": [
+            {"name": "main", "rs": [1], "grid": [{"budget": c, "widths": _LAPTOP_WIDTHS} for c in _LAPTOP_BUDGETS]},
+            {"name": "seed1-a", "rs": [1], "seeds": [1], "grid": _laptop_cells(_LAPTOP_SEED1_A)},
+            {"name": "wide", "rs": [1], "grid": _LAPTOP_WIDE},
+            {"name": name.removeprefix("laptop-"), "rs": _LOOPED, "grid": grid, **variant},
+            {"name": "seed1-v4", "rs": [4], "seeds": [1], "grid": _laptop_cells(_LAPTOP_SEED1_A), **variant},
+            {"name": "seed1-v28", "rs": [2, 8], "seeds": [1], "grid": _laptop_cells(_LAPTOP_SEED1_B), **variant},
+        ],
+    }
 
 PRESETS: dict[str, dict[str, Any]] = {
     "paper": {
@@ -155,30 +191,20 @@ PRESETS: dict[str, dict[str, Any]] = {
             {
                 "name": "main",
                 "rs": list(RS),
-                "grid": [{"budget": c, "widths": [32, 48, 64]} for c in _LAPTOP_BUDGETS],
+                "grid": [{"budget": c, "widths": _LAPTOP_WIDTHS} for c in _LAPTOP_BUDGETS],
             },
-            {
-                "name": "seed1-a",
-                "rs": [1, 4],
-                "seeds": [1],
-                "grid": [
-                    {"budget": _LAPTOP_BUDGETS[0], "widths": [32]},
-                    {"budget": _LAPTOP_BUDGETS[1], "widths": [48]},
-                    {"budget": _LAPTOP_BUDGETS[2], "widths": [64]},
-                ],
-            },
-            {
-                "name": "seed1-b",
-                "rs": [2, 8],
-                "seeds": [1],
-                "grid": [
-                    {"budget": _LAPTOP_BUDGETS[1], "widths": [32]},
-                    {"budget": _LAPTOP_BUDGETS[2], "widths": [48]},
-                    {"budget": _LAPTOP_BUDGETS[3], "widths": [64]},
-                ],
-            },
+            {"name": "seed1-a", "rs": [1, 4], "seeds": [1], "grid": _laptop_cells(_LAPTOP_SEED1_A)},
+            {"name": "seed1-b", "rs": [2, 8], "seeds": [1], "grid": _laptop_cells(_LAPTOP_SEED1_B)},
+            # added after the first 60 runs (the folder grows: `loopscale sweep --preset laptop` extends it)
+            {"name": "wide", "rs": list(RS), "grid": _LAPTOP_WIDE},
         ],
     },
+    # The paper's two case studies (method §5.3) on the laptop design: truncated BPTT (k = ⌈r/2⌉) and
+    # loop-level hyperconnections (K = 2, static, at the loop boundary).
+    "laptop-truncated-bptt": _laptop_case_study("laptop-truncated-bptt", {"bptt": "ceil_half"}),
+    "laptop-hyperconnections": _laptop_case_study(
+        "laptop-hyperconnections", {"model": {"injection": "hyperconnect"}}
+    ),
     # The first laptop grid, staggered (wider widths at higher budgets): the record of results/laptop (its
     # sweep.yaml), and the reference grid that `loopscale design` was measured against (docs/design.md).
     "laptop-staggered": {

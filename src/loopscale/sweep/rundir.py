@@ -9,6 +9,8 @@
     SWEEP_DIR/runs/NAME/exit.json   written by the executor when the process ended without result.json
                                     (killed, out of memory, crashed); removed when the run is retried
     SWEEP_DIR/runs/NAME/train.log   stdout + stderr of every attempt (appended)
+    SWEEP_DIR/runs/NAME/reused.json a run taken finished from a ``reuse`` sweep folder (its small files
+                                    copied, result.json last; the source run folder, relative)
     SWEEP_DIR/executor.json         a local sweep's workers and threads per run, reused on resume
     SWEEP_DIR/results.csv|.parquet  written by collect
 
@@ -19,12 +21,14 @@ and the training run resumes from its last checkpoint.
 from __future__ import annotations
 
 import json
+import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from loopscale.config import dump_yaml, from_dict, load_yaml
 from loopscale.errors import UserError
-from loopscale.io import atomic_write_text
+from loopscale.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from loopscale.sweep.plan import PlannedRun, plan_sweep, run_train_config
 from loopscale.sweep.spec import SweepSpec
 
@@ -149,10 +153,15 @@ def init_sweep(spec: SweepSpec, root: Path) -> list[PlannedRun]:
     spec_path = root / SPEC_FILE
     if spec_path.exists():
         # compared as specs, not as text: a sweep written before a spec field was added still resumes
-        if from_dict(SweepSpec, load_yaml(spec_path), str(spec_path)) != spec:
+        recorded = from_dict(SweepSpec, load_yaml(spec_path), str(spec_path))
+        if spec.extends(recorded):
+            added = len(runs) - len(plan_sweep(recorded))
+            atomic_write_text(spec_path, spec_text)
+            print(f"loopscale sweep: {root}: sweep extended by {added} run(s) in new groups", file=sys.stderr)
+        elif recorded != spec:
             raise UserError(
-                f"{root} already holds a different sweep ({spec_path}); choose another --out folder "
-                "or resume it without a spec"
+                f"{root} already holds a different sweep ({spec_path}); choose another --out folder, "
+                "resume it without a spec, or extend it by adding groups after its own"
             )
     else:
         atomic_write_text(spec_path, spec_text)
@@ -161,7 +170,48 @@ def init_sweep(spec: SweepSpec, root: Path) -> list[PlannedRun]:
         text = dump_yaml(run_train_config(spec, run))
         if not config_path.exists() or config_path.read_text() != text:
             atomic_write_text(config_path, text)
+    reused = reuse_runs(spec, root, runs)
+    if reused:
+        print(f"loopscale sweep: {reused} finished run(s) reused from {', '.join(spec.reuse)}", file=sys.stderr)
     return runs
+
+
+# A reused run's small files besides result.json, copied from its source run folder (weights and checkpoints
+# stay there).
+REUSED_FILES = ("config.yaml", "metrics.jsonl", "train.log", "eval.json")
+REUSE_FILE = "reused.json"  # {"source": the source run folder, relative to this run folder}
+
+
+def reuse_runs(spec: SweepSpec, root: Path, runs: list[PlannedRun]) -> int:
+    """Copy into ``root`` every unfinished run that a ``spec.reuse`` folder finished ok with an identical
+    run.yaml (same name, model, recipe, data, budget and seed); returns how many. result.json is copied
+    last, so a copy cut short is an unfinished run that the next start copies again."""
+    count = 0
+    pending = [run for run in runs if run_state(root, run.name).status != "ok"]
+    for source in spec.reuse if pending else ():
+        source_root = Path(source)
+        if not (source_root / SPEC_FILE).is_file():
+            raise UserError(
+                f"reuse: {source} is not a sweep folder (no {SPEC_FILE}); reuse paths are relative to the "
+                "working directory: run from the folder they were written for, or fix sweep.yaml's reuse list"
+            )
+        for run in pending:
+            here, there = run_dir(root, run.name), run_dir(source_root, run.name)
+            if (here / RESULT_FILE).exists() or not (there / RESULT_FILE).is_file():
+                continue
+            ours, theirs = here / RUN_CONFIG_FILE, there / RUN_CONFIG_FILE
+            if not theirs.is_file() or theirs.read_text() != ours.read_text():
+                continue
+            if run_state(source_root, run.name).status != "ok":
+                continue
+            for name in REUSED_FILES:
+                if (there / name).is_file():
+                    atomic_write_bytes(here / name, (there / name).read_bytes())
+            link = os.path.relpath(there.resolve(), here.resolve())
+            atomic_write_json(here / REUSE_FILE, {"source": link})
+            atomic_write_bytes(here / RESULT_FILE, (there / RESULT_FILE).read_bytes())
+            count += 1
+    return count
 
 
 def open_sweep(root: Path) -> tuple[SweepSpec, list[PlannedRun]]:

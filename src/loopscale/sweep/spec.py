@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +125,10 @@ class SweepSpec:
     sets per run: model, budget, steps, batch_tokens, seed.
     ``seeds``: one run per seed in every cell.
     ``nproc``: processes per run (> 1 launches the run with torchrun).
+    ``reuse``: sweep folders (paths as given, relative to the working directory like ``train.data.path``)
+    whose finished runs this sweep takes instead of training them again: a run is reused when the source
+    folder holds a run of the same name, finished ok, whose run.yaml is identical to this run's (same model,
+    recipe, data, budget and seed). A case study's r = 1 anchors are its base sweep's runs this way.
     """
 
     name: str
@@ -134,6 +138,7 @@ class SweepSpec:
     train: dict[str, Any] = field(default_factory=dict)
     seeds: list[int] = field(default_factory=lambda: [0])
     nproc: int = 1
+    reuse: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
         if not self.groups:
@@ -153,6 +158,15 @@ class SweepSpec:
                 f"sweep {self.name!r}: model may not set {', '.join(bad)} (they come from the grid)"
             )
         _refuse_owned_train_keys(f"sweep {self.name!r}", self.train)
+        if len(set(self.reuse)) != len(self.reuse) or not all(self.reuse):
+            raise UserError(f"sweep {self.name!r}: reuse must list distinct sweep folders, got {self.reuse}")
+
+    def extends(self, other: SweepSpec) -> bool:
+        """True when this spec is ``other`` with groups added after its own (every other field, and every
+        group ``other`` has, unchanged): a sweep folder may grow this way, since no finished run changes."""
+        if len(self.groups) <= len(other.groups) or self.groups[: len(other.groups)] != other.groups:
+            return False
+        return replace(self, groups=other.groups) == other
 
     def model_config(self, group: RunGroup, width: int, r: int) -> ModelConfig:
         """The validated ModelConfig of one run (template ← group overrides ← width, r, bptt_k)."""
