@@ -4,10 +4,13 @@
 # then the hyperconnections arm; each arm reuses the base's r = 1 runs. Every COMMIT_EVERY_S seconds (and at
 # the end) each sweep's finished runs are committed with scripts/commit_sweep.sh, so a session that ends
 # loses only runs in flight; rerunning this script resumes where it stopped.
-# Usage: scripts/case_studies.sh   (from the repository root; needs `loopscale data prepare --vocab 1024
-# --seq-len 128` first)
+# Usage: scripts/case_studies.sh   (needs `loopscale data prepare --vocab 1024 --seq-len 128` first)
+# To keep editing this checkout while the sweeps train, run them from a frozen copy of the code:
+#   git worktree add ../sweepcode HEAD
+#   REPO=$PWD PYTHONPATH=../sweepcode/src bash ../sweepcode/scripts/case_studies.sh
+# (REPO: the checkout whose results/ and git history receive the runs; default: this script's own.)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "${REPO:-$(dirname "$0")/..}"
 loopscale=${LOOPSCALE:-.venv/bin/loopscale}
 every=${COMMIT_EVERY_S:-600}
 sweeps=(laptop:results/laptop-factorial laptop-truncated-bptt:results/laptop-truncated-bptt

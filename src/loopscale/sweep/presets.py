@@ -91,6 +91,10 @@ _LAPTOP_SEED1_A = [(0, 32), (1, 48), (2, 64)]
 _LAPTOP_SEED1_B = [(1, 32), (2, 48), (3, 64)]
 
 
+def _laptop_factorial() -> list[dict]:
+    return [{"budget": c, "widths": list(_LAPTOP_WIDTHS)} for c in _LAPTOP_BUDGETS]
+
+
 def _laptop_cells(cells: list[tuple[int, int]]) -> list[dict]:
     return [{"budget": _LAPTOP_BUDGETS[i], "widths": [w]} for i, w in cells]
 
@@ -101,7 +105,7 @@ def _laptop_case_study(name: str, variant: dict[str, Any]) -> dict[str, Any]:
     seed-1 replicate cells as the base at r > 1; the r = 1 anchors are the base sweep's own runs, reused from
     results/laptop-factorial (identical configs, not retrained). ``variant``: the group keys that make the
     variant (``bptt`` or ``model``)."""
-    grid = [{"budget": c, "widths": list(_LAPTOP_WIDTHS)} for c in _LAPTOP_BUDGETS]
+    grid = _laptop_factorial()
     grid[2:] = [{"budget": c, "widths": [*_LAPTOP_WIDTHS, 80]} for c in _LAPTOP_BUDGETS[2:]]
     return {
         "name": name,
@@ -110,12 +114,18 @@ def _laptop_case_study(name: str, variant: dict[str, Any]) -> dict[str, Any]:
         "train": _LAPTOP_TRAIN,
         "reuse": ["results/laptop-factorial"],
         "groups": [
-            {"name": "main", "rs": [1], "grid": [{"budget": c, "widths": _LAPTOP_WIDTHS} for c in _LAPTOP_BUDGETS]},
+            {"name": "main", "rs": [1], "grid": _laptop_factorial()},
             {"name": "seed1-a", "rs": [1], "seeds": [1], "grid": _laptop_cells(_LAPTOP_SEED1_A)},
             {"name": "wide", "rs": [1], "grid": _LAPTOP_WIDE},
             {"name": name.removeprefix("laptop-"), "rs": _LOOPED, "grid": grid, **variant},
             {"name": "seed1-v4", "rs": [4], "seeds": [1], "grid": _laptop_cells(_LAPTOP_SEED1_A), **variant},
-            {"name": "seed1-v28", "rs": [2, 8], "seeds": [1], "grid": _laptop_cells(_LAPTOP_SEED1_B), **variant},
+            {
+                "name": "seed1-v28",
+                "rs": [2, 8],
+                "seeds": [1],
+                "grid": _laptop_cells(_LAPTOP_SEED1_B),
+                **variant,
+            },
         ],
     }
 
@@ -191,7 +201,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             {
                 "name": "main",
                 "rs": list(RS),
-                "grid": [{"budget": c, "widths": _LAPTOP_WIDTHS} for c in _LAPTOP_BUDGETS],
+                "grid": _laptop_factorial(),
             },
             {"name": "seed1-a", "rs": [1, 4], "seeds": [1], "grid": _laptop_cells(_LAPTOP_SEED1_A)},
             {"name": "seed1-b", "rs": [2, 8], "seeds": [1], "grid": _laptop_cells(_LAPTOP_SEED1_B)},

@@ -172,7 +172,8 @@ def init_sweep(spec: SweepSpec, root: Path) -> list[PlannedRun]:
             atomic_write_text(config_path, text)
     reused = reuse_runs(spec, root, runs)
     if reused:
-        print(f"loopscale sweep: {reused} finished run(s) reused from {', '.join(spec.reuse)}", file=sys.stderr)
+        print(f"loopscale sweep: {reused} finished run(s) reused from {', '.join(spec.reuse)}",
+              file=sys.stderr)
     return runs
 
 
