@@ -128,8 +128,11 @@ def test_compare_two_tables(tmp_path, capsys):
     base = _csv(tmp_path / "base.csv", simulated_grid(noise=0.01, seed=9))
     assert main(["compare", base, base, *CHEAP, "--json", str(tmp_path / "cmp.json")]) == 0
     doc = json.loads((tmp_path / "cmp.json").read_text())
-    assert doc["delta_phi"] == 0 and doc["ci"]["delta_phi"] == [0, 0] and doc["shared_r1_runs"] == 29
-    assert "delta phi" in capsys.readouterr().out
+    assert doc["delta_phi"]["estimate"] == pytest.approx(0, abs=1e-6) and not doc["delta_phi"]["resolved"]
+    assert doc["runs"]["shared_anchors"] == 29
+    assert doc["delta_phi_separate"]["estimate"] == pytest.approx(0, abs=1e-6)
+    assert {row["shift"] for row in doc["optimum_shift"]} <= {"unchanged", "not bracketed"}
+    assert capsys.readouterr().out.startswith("delta phi not resolved")
 
 
 def _bad_tables():

@@ -6,6 +6,9 @@ import argparse
 import json
 from pathlib import Path
 
+# The law's forms (fit.law.FORMS), listed here so that the parser does not import SciPy.
+FORM_CHOICES = ["paper", "phi-trend-c", "phi-trend-n", "e-per-r"]
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fit", help="fit the joint law (phi) or the Chinchilla law to a results table")
@@ -42,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--form",
-        choices=["paper", "phi-trend-c", "phi-trend-n", "e-per-r"],
+        choices=FORM_CHOICES,
         default="paper",
         help="the law's form: the paper's (default) or a one-parameter extension: phi trending per decade "
         "of compute (phi-trend-c) or of model size (phi-trend-n), or a loop-dependent floor E*r^kappa "
@@ -89,22 +92,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_equiv)
 
     p = sub.add_parser(
-        "compare", help="delta-phi between two tables sharing the r = 1 runs (paired bootstrap)"
+        "compare",
+        help="delta-phi of a recipe change: base and variant tables sharing the r = 1 runs (shared-nuisance "
+        "fit, random-effects bootstrap, F-test; the paper's separate fits beside it)",
     )
-    p.add_argument("base", help="baseline results table")
-    p.add_argument("variant", help="variant results table (same budgets and r = 1 runs)")
+    p.add_argument("base", help="baseline results table (every r, r = 1 included)")
+    p.add_argument("variant", help="variant results table (its looped runs; r = 1 anchors may be listed)")
+    p.add_argument(
+        "--form",
+        default="auto",
+        choices=["auto", *FORM_CHOICES],
+        help="law form of the shared fit (default auto: the base's selected form when its law check "
+        "rejects the paper's law, else the paper's)",
+    )
+    p.add_argument("--name", help="what the variant is, for the verdict (default: the variant's folder)")
     p.add_argument("--restarts", type=int, default=500)
-    p.add_argument("--bootstrap", type=int, default=200)
+    p.add_argument("--bootstrap", type=int, default=200, help="random-effects bootstrap resamples")
     p.add_argument("--bootstrap-restarts", type=int)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--noise", type=float, help="run-to-run noise in nats for the law checks (tables without replicates)"
     )
     p.add_argument(
-        "--no-law-check", dest="law_check", action="store_false", help="skip the law check of both tables"
+        "--no-law-check", dest="law_check", action="store_false", help="skip the law check of both arms"
     )
-    p.add_argument("--json", dest="json_out", help="write the result document to this file")
-    p.set_defaults(func=run_compare, form="paper", check_resamples=None, law="joint", fix_phi=None)
+    p.add_argument("--json", dest="json_out", help="write the result document (compare.json) to this file")
+    p.set_defaults(func=run_compare, check_resamples=None, law="joint", fix_phi=None)
 
 
 def _template(path: str | None):
@@ -148,7 +161,7 @@ def _check_law_flags(args: argparse.Namespace) -> None:
         raise UserError(f"--noise must be a positive number of nats, got {args.noise}")
     if args.check_resamples is not None and (args.check_resamples < 0 or args.check_resamples == 1):
         raise UserError(f"--check-resamples must be 0 (none) or >= 2, got {args.check_resamples}")
-    if args.form != "paper" and (args.law != "joint" or args.fix_phi is not None):
+    if args.form not in ("paper", "auto") and (args.law != "joint" or args.fix_phi is not None):
         raise UserError(f"--form {args.form} extends the joint law with phi free; drop --law/--fix-phi")
 
 
@@ -284,46 +297,27 @@ def run_compare(args: argparse.Namespace) -> int:
     _check_law_flags(args)
     _check_output_paths(args.json_out, None)
     base, variant = load_table(args.base), load_table(args.variant)
-    from loopscale.fit.bootstrap import BOOTSTRAP_RESTARTS, compare_phi  # SciPy, after the checks
-    from loopscale.fit.lawcheck import check_law
+    from loopscale.fit.case_study import compare_arms, format_compare, to_json  # SciPy, after the checks
     from loopscale.progress import progress_bar
 
-    restarts = BOOTSTRAP_RESTARTS if args.bootstrap_restarts is None else args.bootstrap_restarts
-    with progress_bar(2 * args.bootstrap, "paired bootstrap", "refit") as advance:
-        out = compare_phi(
+    restarts = 10 if args.bootstrap_restarts is None else args.bootstrap_restarts
+    name = args.name or Path(args.variant).resolve().parent.name
+    with progress_bar(2 * args.bootstrap, "compare: bootstraps", "refit") as advance:
+        doc = compare_arms(
             base,
             variant,
-            resamples=args.bootstrap,
+            name=name,
+            form=args.form,
             restarts=args.restarts,
+            resamples=args.bootstrap,
             bootstrap_restarts=restarts,
             seed=args.seed,
-            law_check=(lambda t, f: check_law(t, f, noise=args.noise, resamples=0, seed=args.seed))
-            if args.law_check
-            else None,
+            noise=args.noise,
+            law_check=args.law_check,
             advance=advance,
         )
-    for name, check in (out["law_check"] or {}).items():
-        if check["verdict"] == "rejected":
-            print(f"{name}: {check['headline']}")
-    if any(c["verdict"] == "rejected" for c in (out["law_check"] or {}).values()):
-        print("delta phi below compares phis of a law the data reject: not a measurement\n")
-    lo, hi = out["ci"]["delta_phi"]
-    print(
-        f"{out['cells']} shared (budget, r) cells over {len(out['budgets'])} budgets; "
-        f"{out['shared_r1_runs']} identical r = 1 runs"
-    )
-    for name in ("base", "variant"):
-        f = out[name]
-        clo, chi = out["ci"][f"{name}_phi"]
-        print(
-            f"{name:<8} phi = {f['phi']:.4f} [{clo:.4f}, {chi:.4f}]  alpha {f['alpha']:.4f}  "
-            f"beta {f['beta']:.4f}  E {f['E']:.4f}  R2 {f['r2']:.4f}  ({f['n_runs']} runs)"
-        )
-    print(
-        f"delta phi = {out['delta_phi']:+.4f}, {100 * out['level']:.0f}% paired bootstrap CI "
-        f"[{lo:+.4f}, {hi:+.4f}] ({out['resamples']} resamples)"
-    )
+    print(format_compare(doc))
     if args.json_out:
-        atomic_write_json(args.json_out, out)
+        atomic_write_json(args.json_out, to_json(doc))
         print(f"wrote {args.json_out}")
     return 0

@@ -1,6 +1,6 @@
 """The power of a design to detect a difference Δφ between a variant and its base (``loopscale compare``):
-predicted from the sandwich covariance, and simulated with ``compare_phi`` on base/variant pairs drawn from
-the prior."""
+predicted from the sandwich covariance, and simulated with ``loopscale compare``'s estimate on base/variant
+pairs drawn from the prior."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from loopscale.design.candidates import Candidates
 from loopscale.design.predict import Z95, Information
 from loopscale.design.prior import Prior
 from loopscale.design.search import PathPoint, RunDesign, bracket_search, pareto
-from loopscale.fit.bootstrap import compare_phi
+from loopscale.fit.compare import delta_phi_shared, make_arms, power
 from loopscale.fit.law import PARAMS, PHI
 from loopscale.progress import progress_bar
 
@@ -30,14 +30,6 @@ def delta_phi_se(info: Information, weights: np.ndarray, shared: np.ndarray) -> 
     h_inv = np.linalg.inv(h)
     cross = (h_inv @ v_shared @ h_inv)[PHI, PHI]
     return float(math.sqrt(max(2 * cov[PHI, PHI] - 2 * cross, 0.0)))
-
-
-def power(delta: float, se: float, level: float = 0.95) -> float:
-    """Two-sided power of the level-``level`` test of Δφ = 0 when the true Δφ is ``delta``, its SE ``se``."""
-    if not math.isfinite(se) or se <= 0:
-        return 0.0
-    z = float(norm.ppf(0.5 + level / 2))
-    return float(norm.cdf(delta / se - z) + norm.cdf(-delta / se - z))
 
 
 def power_table(
@@ -104,8 +96,8 @@ def simulate_power(
 ) -> dict:
     """Realised power of ``loopscale compare`` on ``design``: ``k`` pairs of tables, the base drawn from the
     prior and the variant from the prior with φ + ``delta`` on its looped runs, the r = 1 runs shared (the
-    same losses in both); each pair goes through ``compare_phi`` (paired cell bootstrap) and counts as a
-    detection when its 95% CI of Δφ excludes 0."""
+    same losses in both); each pair goes through ``loopscale compare``'s shared-nuisance estimate and counts
+    as a detection when compare calls it resolved (its 95% interval excludes 0 and its F-test rejects)."""
     idx = np.repeat(design.idx, design.replicates)
     cols = {name: values[idx] for name, values in cands.columns().items()}
     shifted = Prior(prior.theta + np.eye(len(PARAMS))[PHI] * delta, prior.sigma, prior.source)
@@ -117,21 +109,23 @@ def simulate_power(
             base = info.loss[idx] + prior.sigma * rng.standard_normal(len(idx))
             noise = prior.sigma * rng.standard_normal(len(idx))
             variant = np.where(looped, shifted.loss(**cols) + noise, base)
-            out = compare_phi(
-                cands.table(design.idx, base, design.replicates),
-                cands.table(design.idx, variant, design.replicates),
+            out = delta_phi_shared(
+                make_arms(
+                    cands.table(design.idx, base, design.replicates),
+                    cands.table(design.idx, variant, design.replicates),
+                ),
+                "paper",
                 resamples=bootstrap,
                 restarts=restarts,
                 bootstrap_restarts=bootstrap_restarts,
                 seed=seed + j,
             )
-            lo, hi = out["ci"]["delta_phi"]
             rows.append(
                 {
                     "seed": seed + j,
-                    "delta_phi": out["delta_phi"],
-                    "ci": [lo, hi],
-                    "detected": lo > 0 or hi < 0,
+                    "delta_phi": out["estimate"],
+                    "ci": out["ci"],
+                    "detected": out["resolved"],
                 }
             )
             advance(1)
@@ -157,7 +151,7 @@ def simulate_power_in_loop(
     **settings,
 ) -> tuple[PathPoint | None, dict | None, list[dict]]:
     """The cheapest design whose *simulated* Δφ power (``simulate_power``: ``k`` base/variant pairs through
-    ``compare_phi``) ≥ ``target``, by ``bracket_search`` with at most ``rounds`` simulated designs.
+    ``loopscale compare``) ≥ ``target``, by ``bracket_search`` with at most ``rounds`` simulated designs.
 
     The candidates are the designs of ``points`` on the Pareto front of cost (``PathPoint.cost``, the base
     arm's) vs asymptotic SE of Δφ (``delta_phi_se``), so the predicted power rises along it; the asymptotic

@@ -1,4 +1,4 @@
-"""Block bootstrap over (budget, r) cells (method §8.4) and the paired Δφ bootstrap between two tables.
+"""Block bootstrap over (budget, r) cells (method §8.4) and the random-effects parametric bootstrap.
 
 A resample draws as many cells as the table has, with replacement, and pools their runs (duplicates
 allowed); it is represented as a weight vector over runs (how often each run was drawn), which is exactly
@@ -12,14 +12,13 @@ are redrawn. CIs are percentile intervals (2.5th–97.5th by default).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
 
 from loopscale.errors import UserError
-from loopscale.fit.fitter import Box, LawFit, design_for, fit_law, fit_many
-from loopscale.fit.law import PHI, theta_to_coefficients
+from loopscale.fit.fitter import Box, LawFit, design_for, fit_many
+from loopscale.fit.law import PHI, Design, log_prediction, theta_to_coefficients
 from loopscale.fit.table import RunTable
 
 CI_LEVEL = 0.95
@@ -152,93 +151,6 @@ def bootstrap_fit(
     }
 
 
-def _cell_key_rows(table: RunTable, keys: list[tuple[float, int]]) -> np.ndarray:
-    index = {k: i for i, k in enumerate(keys)}
-    return np.array([index[(float(b), int(r))] for b, r in zip(table.budget, table.r)])
-
-
-def _r1_runs(table: RunTable) -> set[tuple[float, float, float]]:
-    """(budget, N, loss) of the r = 1 runs: identical tuples in two tables are shared anchor runs."""
-    return {
-        (float(b), float(n), float(x))
-        for b, n, x, r in zip(table.budget, table.n, table.loss, table.r)
-        if r == 1
-    }
-
-
-def compare_phi(
-    base: RunTable,
-    variant: RunTable,
-    *,
-    resamples: int = 200,
-    restarts: int = 500,
-    bootstrap_restarts: int = BOOTSTRAP_RESTARTS,
-    seed: int = 0,
-    level: float = CI_LEVEL,
-    law_check=None,
-    advance=None,
-) -> dict:
-    """Δφ = φ(variant) − φ(base) with a paired cell bootstrap (method §8.5 case studies).
-
-    ``law_check(table, fit) -> dict``: a check of the law on each restricted table and its fit (the CLI
-    passes ``fit.lawcheck.check_law``) → ``law_check`` {"base": …, "variant": …}; a Δφ between fits whose
-    law is rejected compares two numbers that are not measurements. ``advance(k)``: progress callback.
-
-    Both tables are restricted to the (budget, r) cells they share (the paper refits the baseline on the
-    case study's four budgets). Each resample draws one multiset of shared cells and refits both tables on
-    it, so shared r = 1 anchor runs enter both fits identically and their noise cancels in Δφ.
-    """
-    for name, t in (("base", base), ("variant", variant)):
-        if not t.has_budget:
-            raise UserError(f"{name} table needs a 'budget' column to pair (budget, r) cells")
-    shared = sorted(
-        {(float(b), int(r)) for b, r in zip(base.budget, base.r)}
-        & {(float(b), int(r)) for b, r in zip(variant.budget, variant.r)}
-    )
-    if not shared:
-        raise UserError("the two tables share no (budget, r) cell; Δφ needs common budgets and loop counts")
-    shared_set = set(shared)
-
-    def restrict(t: RunTable) -> RunTable:
-        return t.subset(np.array([(float(b), int(r)) in shared_set for b, r in zip(t.budget, t.r)]))
-
-    base, variant = restrict(base), restrict(variant)
-    fits = {
-        "base": fit_law(base, restarts=restarts, seed=seed),
-        "variant": fit_law(variant, restarts=restarts, seed=seed),
-    }
-    rng = np.random.default_rng(seed)
-    draws = _draw_cells(rng, len(shared), _validator(shared, joint=True), resamples)
-    phis = {}
-    for name, t in (("base", base), ("variant", variant)):
-        weights = cell_weights(_cell_key_rows(t, shared), draws)
-        phis[name] = refit_weighted(fits[name], t, weights, bootstrap_restarts, seed + 1, advance=advance)[
-            :, PHI
-        ]
-    delta = phis["variant"] - phis["base"]
-    checks = None
-    if law_check is not None:
-        checks = {name: law_check(t, fits[name]) for name, t in (("base", base), ("variant", variant))}
-    return {
-        "law_check": checks,
-        "cells": len(shared),
-        "budgets": sorted({k[0] for k in shared}),
-        "shared_r1_runs": len(_r1_runs(base) & _r1_runs(variant)),
-        "base": fits["base"].to_dict(),
-        "variant": fits["variant"].to_dict(),
-        "delta_phi": fits["variant"].phi - fits["base"].phi,
-        "ci": {
-            "delta_phi": percentile_ci(delta, level),
-            "base_phi": percentile_ci(phis["base"], level),
-            "variant_phi": percentile_ci(phis["variant"], level),
-        },
-        "p_delta_below_zero": float(np.mean(delta < 0)),
-        "resamples": resamples,
-        "restarts_per_refit": bootstrap_restarts,
-        "level": level,
-    }
-
-
 # ---------------------------------------------------------------------------------------------------------
 # The random-effects parametric bootstrap: the interval ``ci.phi`` reports (issue 19, docs/fitting.md).
 #
@@ -279,15 +191,20 @@ def effect_groups(table: RunTable) -> dict[str, np.ndarray]:
 
 
 def law_jacobian(fit: LawFit, table: RunTable) -> np.ndarray:
-    """∂ log L̂ / ∂θ at the fit for its free parameters [n, p] (central differences of ``LawFit.predict``)."""
+    """∂ log L̂ / ∂θ at the fit for its free parameters [n, p]."""
+    design = design_for(table, fit.form == "chinchilla", fit.extension, fit.ext_ref)
+    return design_jacobian(fit.theta, design, fit.free)
+
+
+def design_jacobian(theta: np.ndarray, design: Design, free: np.ndarray) -> np.ndarray:
+    """∂ log L̂ / ∂θ_i at ``theta`` for the ``free`` parameters [n, p] (central differences)."""
     cols = []
-    for i in np.flatnonzero(fit.free):
-        step = 1e-6 * max(1.0, abs(fit.theta[i]))
-        hi, lo = fit.theta.copy(), fit.theta.copy()
-        hi[i] += step
-        lo[i] -= step
-        up = np.log(dataclasses.replace(fit, theta=hi).predict_table(table))
-        down = np.log(dataclasses.replace(fit, theta=lo).predict_table(table))
+    for i in np.flatnonzero(free):
+        step = 1e-6 * max(1.0, abs(theta[i]))
+        shifted = np.repeat(theta[None], 2, axis=0)
+        shifted[0, i] += step
+        shifted[1, i] -= step
+        up, down = log_prediction(shifted, design)
         cols.append((up - down) / (2 * step))
     return np.column_stack(cols)
 
@@ -331,6 +248,22 @@ def variance_components(resid: np.ndarray, groups: dict[str, np.ndarray], jacobi
     return {name: float(v) for name, v in zip(names, variances)}
 
 
+def simulate_tables(
+    log_pred: np.ndarray,
+    groups: dict[str, np.ndarray],
+    components: dict,
+    count: int,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """``count`` tables of log losses [count, n]: ``log_pred`` plus fresh random effects, one per group of
+    ``groups`` (indicator matrices) with the variances ``components`` (squared log loss, "iid" included)."""
+    sims = np.tile(log_pred, (count, 1))
+    for name, z in groups.items():
+        sims += rng.normal(0.0, math.sqrt(components[name]), (count, z.shape[1])) @ z.T
+    sims += rng.normal(0.0, math.sqrt(components["iid"]), sims.shape)
+    return sims
+
+
 def random_effects_bootstrap(
     fit: LawFit,
     table: RunTable,
@@ -355,11 +288,7 @@ def random_effects_bootstrap(
     resid = np.log(table.loss) - log_pred
     groups = effect_groups(table)
     components = variance_components(resid, groups, law_jacobian(fit, table))
-    rng = np.random.default_rng(seed)
-    sims = np.tile(log_pred, (resamples, 1))
-    for name, z in groups.items():
-        sims += rng.normal(0.0, math.sqrt(components[name]), (resamples, z.shape[1])) @ z.T
-    sims += rng.normal(0.0, math.sqrt(components["iid"]), sims.shape)
+    sims = simulate_tables(log_pred, groups, components, resamples, np.random.default_rng(seed))
     thetas = refit_weighted(fit, table, None, restarts, seed + 1, targets=sims, advance=advance)
     samples = coefficient_table(thetas, plain)
     return {

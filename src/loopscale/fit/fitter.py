@@ -496,7 +496,7 @@ def design_for(
     if extension is None:
         return design
     z = extension_covariate(extension, table.n_once, table.n_rec, table.r, table.budget, ext_ref)
-    return dataclasses.replace(design, ext_z=z, ext_target=EXTENSIONS[extension].target)
+    return dataclasses.replace(design, ext_z=z[None, :], ext_target=(EXTENSIONS[extension].target,))
 
 
 def check_identifiable(table: RunTable, form: str, fix_phi: float | None) -> None:

@@ -98,8 +98,10 @@ class Design:
     log_tokens: np.ndarray  # log D
     log_loss: np.ndarray  # log of the final validation loss in nats
     delta: float = HUBER_DELTA  # Huber δ of the objective; inf = least squares
-    ext_z: np.ndarray | None = None  # covariate of an extension (a 7-column θ), per run
-    ext_target: str | None = None  # "phi" or "E": what the extension acts on
+    # Extra parameters θ[6 + j] (an extension of the law, or a Δφ of ``fit.compare``): covariate rows
+    # ext_z[j] (per run) and what each acts on, ext_target[j] ∈ {"phi", "E"}.
+    ext_z: np.ndarray | None = None  # [m, n]
+    ext_target: tuple[str, ...] = ()
 
     @classmethod
     def build(cls, n_once, n_rec, r, tokens, loss) -> Design:
@@ -122,6 +124,35 @@ def huber(x: np.ndarray, delta: float = HUBER_DELTA) -> np.ndarray:
     return np.where(ax <= delta, 0.5 * x * x, delta * (ax - 0.5 * delta))
 
 
+def _terms(theta: np.ndarray, design: Design):
+    """The law's three terms for θ [K, P] on the design's runs, and what the gradient needs."""
+    a, b, e, alpha, beta, phi = theta[:, :6].T
+    extras = list(enumerate(design.ext_target[: theta.shape[1] - EXT], start=EXT))
+    phi_row = phi[:, None]
+    log_e = e[:, None]
+    for col, target in extras:
+        z = design.ext_z[col - EXT]
+        if target == "phi":
+            phi_row = phi_row + np.multiply.outer(theta[:, col], z)
+        else:  # E·2^(θ·z): with z = log2 r, E·r^κ
+            log_e = log_e + np.multiply.outer(theta[:, col], z * math.log(2))
+    r_phi = np.exp(phi_row * design.log_r)
+    n_eff = design.n_once + r_phi * design.n_rec
+    log_n = np.log(n_eff)
+    term_n = np.exp(a[:, None] - alpha[:, None] * log_n)
+    term_d = np.exp(b[:, None] - np.multiply.outer(beta, design.log_tokens))
+    term_e = np.exp(log_e)
+    return term_n, term_d, term_e, log_n, r_phi, n_eff, extras
+
+
+def log_prediction(theta: np.ndarray, design: Design) -> np.ndarray:
+    """log L̂ (log nats) of the design's runs for θ [K, P] (or one θ [P]) → [K, n] (or [n])."""
+    theta = np.asarray(theta, dtype=float)
+    term_n, term_d, term_e, *_ = _terms(np.atleast_2d(theta), design)
+    out = np.log(term_n + term_d + term_e)
+    return out[0] if theta.ndim == 1 else out
+
+
 def objective_and_gradient(
     theta: np.ndarray,
     design: Design,
@@ -132,25 +163,15 @@ def objective_and_gradient(
 
     ``weights`` is None (each run once), [n] (shared) or [K, n] (one weight vector per parameter vector);
     ``log_loss`` overrides the design's targets with [n] or [K, n] (one simulated table per parameter vector).
-    A 7-column θ is an extension of the law (``Extension``), acting through ``design.ext_z``.
+    Columns past the sixth are extra parameters acting through ``design.ext_z`` / ``design.ext_target``:
+    φ_i = φ + Σ_j θ_j·z_ji over the "phi" rows, E_i = E·2^(Σ_j θ_j·z_ji) over the "E" rows (an extension of
+    the law, ``Extension``, is one such row; ``fit.compare`` adds Δφ rows).
     The three terms are summed directly rather than with a max-shifted log-sum-exp: inside the box
     E ≥ e⁻³ keeps the sum away from 0, and a, b ≤ 35 keep each term far below overflow.
     """
     theta = np.atleast_2d(theta)
-    a, b, e, alpha, beta, phi = theta[:, :6].T
-    extended = theta.shape[1] > len(PARAMS)
-    phi_row = phi[:, None]
-    if extended and design.ext_target == "phi":
-        phi_row = phi_row + np.multiply.outer(theta[:, EXT], design.ext_z)
-    r_phi = np.exp(phi_row * design.log_r)
-    n_eff = design.n_once + r_phi * design.n_rec
-    log_n = np.log(n_eff)
-    term_n = np.exp(a[:, None] - alpha[:, None] * log_n)
-    term_d = np.exp(b[:, None] - np.multiply.outer(beta, design.log_tokens))
-    if extended and design.ext_target == "E":
-        term_e = np.exp(e[:, None] + np.multiply.outer(theta[:, EXT], design.ext_z * math.log(2)))  # E·r^κ
-    else:
-        term_e = np.exp(e)[:, None]
+    alpha = theta[:, 3]
+    term_n, term_d, term_e, log_n, r_phi, n_eff, extras = _terms(theta, design)
     total = term_n + term_d + term_e
     resid = np.log(total) - (design.log_loss if log_loss is None else log_loss)
     if math.isinf(design.delta):  # least squares
@@ -163,7 +184,7 @@ def objective_and_gradient(
         loss = loss * weights
         slope = slope * weights
     f = loss.sum(axis=1)
-    grad = np.empty_like(theta)
+    grad = np.zeros_like(theta)
     u_n = slope * term_n
     u_d = slope * term_d
     u_e = slope * term_e
@@ -174,11 +195,12 @@ def objective_and_gradient(
     grad[:, 4] = -(u_d @ design.log_tokens)
     dlogn_dphi = (r_phi * design.n_rec * design.log_r) / n_eff
     grad[:, 5] = -alpha * (u_n * dlogn_dphi).sum(axis=1)
-    if extended:
-        if design.ext_target == "phi":
-            grad[:, EXT] = -alpha * ((u_n * dlogn_dphi) @ design.ext_z)
+    for col, target in extras:
+        z = design.ext_z[col - EXT]
+        if target == "phi":
+            grad[:, col] = -alpha * ((u_n * dlogn_dphi) @ z)
         else:
-            grad[:, EXT] = u_e @ (design.ext_z * math.log(2))
+            grad[:, col] = u_e @ (z * math.log(2))
     return f, grad
 
 

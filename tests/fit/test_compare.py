@@ -1,0 +1,181 @@
+"""Δφ of a recipe change (``loopscale compare``): the shared-nuisance fit, its bootstrap and F-test, the
+paper's separate fits, per-budget Δφ, and the document's matched losses, optimum shifts and verdict."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.optimize import least_squares
+
+from loopscale.cli import main
+from loopscale.errors import UserError
+from loopscale.fit import load_table
+from loopscale.fit.case_study import compare_arms
+from loopscale.fit.compare import delta_phi_shared, make_arms, per_budget, shared_model
+from loopscale.fit.law import law_loss, objective_and_gradient
+from loopscale.paper import JOINT_FIT, MAIN_GRID
+
+from .conftest import simulated_grid
+
+PHI = JOINT_FIT["phi"]
+FOUR = {c: MAIN_GRID[c] for c in sorted(MAIN_GRID)[:4]}
+
+
+def _arms_rows(delta: float, noise: float, seed: int) -> tuple[list[dict], list[dict]]:
+    """The paper's four lower budgets: base rows from the published law, variant looped rows from the same
+    law with φ + ``delta`` (tokens as the base's), the base's r = 1 rows listed in both tables."""
+    rng = np.random.default_rng(seed)
+    base = simulated_grid(noise=noise, seed=seed, grid=FOUR)
+    variant = []
+    for row in base:
+        if row["r"] == 1:
+            variant.append(dict(row))
+            continue
+        coef = {**JOINT_FIT, "phi": PHI + delta}
+        loss = float(law_loss(coef, row["n_once"], row["n_rec"], row["r"], row["tokens"]))
+        variant.append({**row, "run": "v-" + row["run"], "loss": loss + noise * rng.standard_normal()})
+    return base, variant
+
+
+def test_make_arms_counts_identical_anchors_once_and_keeps_the_variants_budgets():
+    base, variant = _arms_rows(-0.07, 0.0, seed=1)
+    extra = [r for r in simulated_grid(seed=2) if r["budget"] > max(FOUR)]  # base budgets the variant lacks
+    arms = make_arms(load_table(base + extra), load_table(variant))
+    n_r1 = sum(1 for r in base if r["r"] == 1)
+    assert arms.shared_anchors == n_r1
+    assert len(arms.table) == len(base) + sum(1 for r in variant if r["r"] > 1)
+    assert arms.variant.sum() == sum(1 for r in variant if r["r"] > 1)
+    assert set(arms.table.budget.tolist()) == set(FOUR)
+    assert len(arms.variant_table) == len(variant)
+
+
+def test_make_arms_refuses_tables_it_cannot_pair():
+    base, variant = _arms_rows(0.0, 0.0, seed=1)
+    with pytest.raises(UserError, match="no looped run"):
+        make_arms(load_table(base), load_table([r for r in variant if r["r"] == 1]))
+    no_budget = [{k: v for k, v in r.items() if k != "budget"} for r in variant]
+    with pytest.raises(UserError, match="budget"):
+        make_arms(load_table(base), load_table(no_budget))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    theta=st.tuples(
+        st.floats(0, 6),
+        st.floats(0, 8),
+        st.floats(-1, 1),
+        st.floats(0.1, 0.6),
+        st.floats(0.1, 0.6),
+        st.floats(0, 1),
+        st.floats(-0.5, 0.5),
+        st.floats(-0.5, 0.5),
+    )
+)
+def test_the_objective_gradient_with_delta_columns_matches_finite_differences(theta):
+    """The extra columns (a φ-trend, Δφ) enter the analytic gradient exactly."""
+    base, variant = _arms_rows(0.1, 0.0, seed=3)
+    model = shared_model(make_arms(load_table(base), load_table(variant)), "phi-trend-c")
+    x = np.array(theta)
+    _, grad = objective_and_gradient(x, model.design)
+    for i in range(len(x)):
+        step = 1e-6
+        hi, lo = x.copy(), x.copy()
+        hi[i] += step
+        lo[i] -= step
+        f_hi, f_lo = objective_and_gradient(hi, model.design)[0], objective_and_gradient(lo, model.design)[0]
+        fd = (f_hi - f_lo) / (2 * step)
+        assert grad[0, i] == pytest.approx(fd[0], rel=1e-4, abs=1e-9)
+
+
+@pytest.mark.parametrize("delta", [-0.073, 0.0, 0.193])
+def test_shared_delta_phi_recovers_the_true_difference(delta):
+    base, variant = _arms_rows(delta, 0.003, seed=11)
+    out = delta_phi_shared(
+        make_arms(load_table(base), load_table(variant)),
+        "paper",
+        restarts=60,
+        resamples=40,
+        bootstrap_restarts=3,
+        seed=0,
+    )
+    lo, hi = out["ci"]
+    assert out["estimate"] == pytest.approx(delta, abs=0.02)
+    assert lo <= delta <= hi
+    assert out["phi"] == pytest.approx(PHI, abs=0.03)
+    assert out["resolved"] == (delta != 0.0)
+
+
+def test_shared_estimate_equals_an_independent_least_squares_refit():
+    """An independent fit of the same model (SciPy least_squares on log loss, φ_variant = φ + Δφ) lands on
+    the same Δφ as the shared least-squares refit of the F-test."""
+    base, variant = _arms_rows(-0.08, 0.004, seed=5)
+    arms = make_arms(load_table(base), load_table(variant))
+    t, z = arms.table, arms.variant.astype(float)
+
+    def resid(p):
+        a, b, e, alpha, beta, phi, dphi = p
+        n_eff = t.n_once + t.r ** (phi + dphi * z) * t.n_rec
+        pred = np.exp(e) + np.exp(a) * n_eff**-alpha + np.exp(b) * t.tokens**-beta
+        return np.log(pred) - np.log(t.loss)
+
+    start = [np.log(JOINT_FIT["A"]), np.log(JOINT_FIT["B"]), np.log(JOINT_FIT["E"]), 0.3, 0.3, 0.5, 0.0]
+    independent = least_squares(resid, start, xtol=1e-14, ftol=1e-14, gtol=1e-14).x[6]
+    out = delta_phi_shared(arms, "paper", restarts=60, resamples=0, bootstrap_restarts=3, seed=0)
+    assert out["estimate"] == pytest.approx(independent, abs=0.01)
+
+
+def test_per_budget_delta_phi_is_the_pooled_difference_on_a_noise_free_table():
+    base, variant = _arms_rows(0.15, 0.0, seed=7)
+    arms = make_arms(load_table(base), load_table(variant))
+    out = delta_phi_shared(arms, "paper", restarts=60, resamples=0, bootstrap_restarts=3, seed=0)
+    model = shared_model(arms, "paper")
+    rows = per_budget(arms, model, np.array(out["theta"]), resamples=0)
+    assert [r["budget"] for r in rows] == sorted(FOUR)
+    assert all(r["delta_phi"] == pytest.approx(0.15, abs=0.01) for r in rows)
+
+
+def test_the_document_leads_with_a_verdict_and_carries_the_matched_changes():
+    base, variant = _arms_rows(-0.1, 0.003, seed=13)
+    doc = compare_arms(
+        load_table(base),
+        load_table(variant),
+        name="truncated BPTT",
+        restarts=40,
+        resamples=30,
+        bootstrap_restarts=3,
+        noise=0.003,
+    )
+    assert doc["verdict"].startswith("truncated BPTT lowers phi by 0.1")
+    assert doc["law_check"]["base"]["verdict"] == "holds"
+    lc = doc["loss_change"]
+    assert lc["matched"] == sum(1 for r in variant if r["r"] > 1)
+    assert lc["lower"] == 0  # a lower φ makes every looped run worse
+    assert doc["delta_phi_separate"]["estimate"] == pytest.approx(-0.1, abs=0.03)
+    assert set(doc["power"]) == {"0.08", "0.19"}
+
+
+def test_compare_cli_writes_compare_json_and_refuses_bad_input(tmp_path, capsys):
+    base, variant = _arms_rows(0.19, 0.003, seed=17)
+    for name, rows in (("base", base), ("variant", variant)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "compare.json"
+    argv = ["compare", str(tmp_path / "base.jsonl"), str(tmp_path / "variant.jsonl"), "--restarts", "40"]
+    cheap = ["--bootstrap", "20", "--bootstrap-restarts", "2", "--noise", "0.003"]
+    assert main([*argv, *cheap, "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert {"estimate", "ci", "p", "method"} <= set(doc["delta_phi"])
+    assert {"delta_phi_separate", "per_budget", "verdict", "law_check"} <= set(doc)
+    assert set(doc["law_check"]) == {"base", "variant"}
+    assert all({"budget", "delta_phi", "ci"} <= set(row) for row in doc["per_budget"])
+    assert capsys.readouterr().out.splitlines()[0] == doc["verdict"]
+    for bad, message in ((["--bootstrap", "1"], "--bootstrap"), (["--noise", "-1"], "--noise")):
+        code = main([*argv, *bad])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(SystemExit):
+        main([*argv, "--form", "nope"])
+    assert "invalid choice" in capsys.readouterr().err
