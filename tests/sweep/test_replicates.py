@@ -33,8 +33,19 @@ def test_a_group_with_its_own_seeds_replicates_cells_of_the_main_grid():
     cells = Counter((r.budget, r.width, r.r) for r in runs)
     assert cells[(1e9, 32, 2)] == 2 and sum(cells.values()) == 5
     # the fit pools the two seeds as one (budget, r) cell: different runs, not a duplicate
-    rows = [{"run": r.name, "budget": r.budget, "width": r.width, "r": r.r, "n_once": r.n_once,
-             "n_rec": r.n_rec, "tokens": r.tokens, "loss": 3.0 + 0.01 * i} for i, r in enumerate(runs)]
+    rows = [
+        {
+            "run": r.name,
+            "budget": r.budget,
+            "width": r.width,
+            "r": r.r,
+            "n_once": r.n_once,
+            "n_rec": r.n_rec,
+            "tokens": r.tokens,
+            "loss": 3.0 + 0.01 * i,
+        }
+        for i, r in enumerate(runs)
+    ]
     index, keys = load_table(rows).cells()
     assert len(keys) == 2 and len(set(index.tolist())) == 2
 
@@ -65,8 +76,8 @@ def test_a_sweep_written_before_groups_had_seeds_still_reopens(tmp_path, tiny_da
 
 
 def test_laptop_is_a_width_by_budget_factorial_with_replicates_over_every_r_and_budget():
-    """docs/sweeps.md: the same widths at every budget; ≥ 8 seed-1 replicates of main-grid cells that cover
-    every r, every budget and every width; no run repeats training data; the staggered grid keeps the
+    """docs/sweeps.md: the same widths at every budget (plus a d = 80 column at the top two); ≥ 8 seed-1
+    replicates of main-grid cells that cover every r, every budget and every width; no run repeats training data; the staggered grid keeps the
     committed results/laptop spec."""
     spec = preset("laptop")
     runs = plan_sweep(spec)
@@ -75,7 +86,14 @@ def test_laptop_is_a_width_by_budget_factorial_with_replicates_over_every_r_and_
     assert len(widths) == 4 and all(w == [32, 48, 64] for w in widths.values())
     full = {(b, w, k) for b in widths for w in widths[b] for k in (1, 2, 4, 8)}
     assert {(r.budget, r.width, r.r) for r in main} == full
-    reps = [r for r in runs if r.group != "main"]
+    reps = [r for r in runs if r.group.startswith("seed1")]
+    wide = [r for r in runs if r.group == "wide"]  # the d = 80 column added at the top two budgets
+    assert {(r.budget, r.width) for r in wide} == {(8e12, 80), (1.25e13, 80)} and {r.r for r in wide} == {
+        1,
+        2,
+        4,
+        8,
+    }
     assert len(reps) >= 8 and {r.seed for r in reps} == {1} and {r.seed for r in main} == {0}
     assert {(r.budget, r.width, r.r) for r in reps} <= {(r.budget, r.width, r.r) for r in main}
     assert {r.r for r in reps} == {1, 2, 4, 8} and {r.budget for r in reps} == set(widths)
