@@ -77,8 +77,8 @@ def test_a_sweep_written_before_groups_had_seeds_still_reopens(tmp_path, tiny_da
 
 def test_laptop_is_a_width_by_budget_factorial_with_replicates_over_every_r_and_budget():
     """docs/sweeps.md: the same widths at every budget (plus a d = 80 column at the top two); ≥ 8 seed-1
-    replicates of main-grid cells that cover every r, every budget and every width; no run repeats training data; the staggered grid keeps the
-    committed results/laptop spec."""
+    replicates of main-grid cells that cover every r, every budget and every width; no run repeats
+    training data; the staggered grid keeps the committed results/laptop spec."""
     spec = preset("laptop")
     runs = plan_sweep(spec)
     main = [r for r in runs if r.group == "main"]
