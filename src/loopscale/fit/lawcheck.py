@@ -96,7 +96,7 @@ def lack_of_fit(resid: np.ndarray, n_params: int, noise: dict | None) -> dict | 
     if noise["source"] == "replicates":
         df_pure = noise["df"]
         df_lack = n - n_params - df_pure
-        if df_lack < 1:
+        if df_lack < 1 or noise["ss"] <= 0:  # no pure error to test against (identical replicates)
             return None
         lack = max(rss - noise["ss"], 0.0) / df_lack
         stat = lack / (noise["ss"] / df_pure)

@@ -99,6 +99,12 @@ def build_report(
         title=f"loopscale report: sweep {spec.name}",
         lead=_lead(doc, len(table), len(rows), _baseline_statement(baselines, below_bigram)),
     )
+    if spec.reuse:  # a case study: Δφ against the base sweep whose r = 1 runs it reuses
+        compare_doc, section = _case_study(spec, table, folder, restarts, bootstrap, seed)
+        atomic_write_json(folder / "compare.json", compare_doc)
+        report.lead.insert(0, f"**Case study: {compare_doc['verdict']}** (section below; compare.json).")
+        report.sections.append(section)
+        summary = f"{compare_doc['verdict']}; {summary}"
     report.sections.append(_law_check_section(doc, residual_figure))
     report.sections.append(_design_checks_section(doc, rows, below_bigram))
     report.sections.append(_result_section(doc, table, template))
@@ -118,6 +124,21 @@ def build_report(
     md = atomic_write_text(folder / "report.md", report.markdown(folder))
     page = atomic_write_text(folder / "report.html", report.html())
     return Report(folder, md, page, fit_json, f"{summary} → {page}", skipped)
+
+
+def _case_study(spec, table, folder: Path, restarts: int, bootstrap: int, seed: int):
+    """``report.compare.case_study`` of this sweep (the variant) against its first ``reuse`` folder."""
+    from loopscale.report.compare import case_study
+
+    base_dir = Path(spec.reuse[0])
+    base_rows = (
+        read_results(base_dir / "results.csv") if not (base_dir / "runs").is_dir() else collect(base_dir)[0]
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SkippedRunsWarning)
+        base = load_table(base_rows)
+    settings = {"restarts": restarts, "resamples": bootstrap, "seed": seed}
+    return case_study(base, table, spec.name, folder / "plots", **settings)
 
 
 # --- φ: verdict, intervals, identification ---------------------------------------------------------------

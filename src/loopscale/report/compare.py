@@ -1,0 +1,221 @@
+"""The case-study section of a variant sweep's report: Δφ against the base sweep it reuses (``compare``).
+
+A sweep whose spec ``reuse``s a base sweep's r = 1 runs is a case study (a recipe change measured against
+that base). Its report leads with the verdict of ``fit.case_study.compare_arms``, writes compare.json beside
+fit.json, and draws two figures: Δφ per budget with its intervals (the pooled shared estimate as a band, the
+paper's effect as a line), and the iso-FLOP curves of both arms on one axis per budget.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from loopscale.fit.case_study import compare_arms, to_json
+from loopscale.fit.compare import PAPER_EFFECTS, make_arms
+from loopscale.fit.labels import flops_label
+from loopscale.fit.table import RunTable
+from loopscale.report.document import Bullets, Image, Section, Table
+
+
+def paper_effect(name: str) -> tuple[str, float] | None:
+    """The paper's Δφ for a variant whose name says which case study it is (method §9.11)."""
+    lowered = name.lower()
+    for key, value in PAPER_EFFECTS.items():
+        if key.split()[0].lower()[:8] in lowered.replace("-", " "):
+            return key, value
+    return None
+
+
+def case_study(
+    base: RunTable, variant: RunTable, name: str, out_dir: Path, **settings
+) -> tuple[dict, Section]:
+    """Run ``compare_arms`` and build the section and its figures (written under ``out_dir``)."""
+    doc = compare_arms(base, variant, name=name, **settings)
+    arms = make_arms(base, variant)
+    figures = [
+        delta_phi_figure(doc, out_dir / "delta_phi_per_budget"),
+        isoflop_arms_figure(arms, out_dir / "isoflop_arms"),
+    ]
+    return to_json(doc), _section(doc, figures)
+
+
+def _ci(ci) -> str:
+    return "–" if ci is None else f"[{ci[0]:+.3f}, {ci[1]:+.3f}]"
+
+
+def _section(doc: dict, figures: list[Path]) -> Section:
+    d, s = doc["delta_phi"], doc["delta_phi_separate"]
+    effect = paper_effect(doc["name"])
+    blocks: list = [f"**{doc['verdict']}**"]
+    items = [
+        f"Shared-nuisance estimate ({d['form']} form, {d['n_runs']} runs): Δφ = {d['estimate']:+.3f} "
+        f"{_ci(d['ci'])}, F = {d['F']:.2f}, p = {d['p']:.2g}; the interval is a random-effects bootstrap "
+        f"({d.get('resamples', 0)} resamples) with error groups shared by the arms and per arm.",
+        f"The paper's estimate (each arm fitted on its own): φ {s['base_phi']:.3f} → {s['variant_phi']:.3f}, "
+        f"Δφ = {s['estimate']:+.3f} {_ci(s['ci'])} (paired cell bootstrap)"
+        + (
+            ""
+            if effect is None
+            else f"; the paper reports {effect[1]:+.3f} for {effect[0]} (0.453 → "
+            f"{0.453 + effect[1]:.3f}), with no interval."
+        ),
+    ]
+    if doc["delta_phi_paper_form"] is not None:
+        q = doc["delta_phi_paper_form"]
+        items.append(f"Under the paper's form instead: Δφ = {q['estimate']:+.3f} (p = {q['p']:.2g}).")
+    if doc["trend"] is not None:
+        t = doc["trend"]
+        items.append(
+            f"Does the variant change the trend? {t['label']}: {t['estimate']:+.3f} (p = {t['p']:.2g})."
+        )
+    if doc["power"]:
+        items.append(
+            "Power of this design for the paper's effect sizes (two-sided 5%, from the bootstrap SE "
+            f"{d['se']:.3f}): " + ", ".join(f"|Δφ| = {k}: {v:.2f}" for k, v in doc["power"].items()) + "."
+        )
+    for arm, check in (doc["law_check"] or {}).items():
+        items.append(f"Law check of the {arm} arm: **{check['verdict']}** — {check['headline']}.")
+    lc = doc["loss_change"]
+    if lc["matched"]:
+        per_r = ", ".join(f"r = {r}: {v:+.4f}" for r, v in lc["mean_per_r"].items())
+        items.append(
+            f"Loss change at matched (budget, width, r): {lc['lower']} of {lc['matched']} looped cells lower "
+            f"with the variant; mean {lc['mean']:+.4f} nats ({per_r})."
+        )
+    blocks.append(Bullets(items))
+    blocks.append(
+        Table(
+            ["budget (FLOPs)", "Δφ", "95% CI", "runs"],
+            [
+                [
+                    flops_label(row["budget"]),
+                    "–" if row["delta_phi"] is None else f"{row['delta_phi']:+.3f}",
+                    _ci(row["ci"]),
+                    str(row["n"]),
+                ]
+                for row in doc["per_budget"]
+            ],
+        )
+    )
+    blocks.append(
+        Table(
+            ["budget (FLOPs)", "r", "N* base", "N* variant", "optimum", "loop tax base", "loop tax variant"],
+            _optimum_rows(doc),
+        )
+    )
+    blocks += [Image(p.with_suffix(".png"), _CAPTIONS[p.stem]) for p in figures]
+    return Section(f"Case study: {doc['name']} against its base", blocks)
+
+
+_CAPTIONS = {
+    "delta_phi_per_budget": "Δφ per budget (both arms refitted at each budget with E, α, β of the pooled "
+    "shared fit held; run-bootstrap 95% CIs); band: the pooled shared estimate and its interval; dashed: the "
+    "paper's effect for this case study.",
+    "isoflop_arms": "Iso-FLOP curves of both arms, one panel per budget: loss against N, colour by r; "
+    "filled markers and solid lines the base, open markers and dashed lines the variant (r = 1: the shared "
+    "anchors).",
+}
+
+
+def _optimum_rows(doc: dict) -> list[list[str]]:
+    tax = {
+        arm: {(g["budget"], g["r"]): g["gap"] for g in doc["loop_tax"][arm]} for arm in ("base", "variant")
+    }
+
+    def num(x, fmt):
+        return "–" if x is None else fmt.format(x)
+
+    return [
+        [
+            flops_label(row["budget"]),
+            str(row["r"]),
+            num(row["base_n_star"], "{:,.0f}"),
+            num(row["variant_n_star"], "{:,.0f}"),
+            row["shift"],
+            num(tax["base"].get((row["budget"], row["r"])), "{:+.3f}"),
+            num(tax["variant"].get((row["budget"], row["r"])), "{:+.3f}"),
+        ]
+        for row in doc["optimum_shift"]
+    ]
+
+
+def _save(fig, stem: Path) -> Path:
+    from loopscale.fit.plots import _save as save_figure
+
+    save_figure(fig, stem.parent, stem.name)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return stem
+
+
+def delta_phi_figure(doc: dict, stem: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [row for row in doc["per_budget"] if row["delta_phi"] is not None]
+    d = doc["delta_phi"]
+    fig, ax = plt.subplots(figsize=(6.0, 3.6))
+    x = np.arange(len(rows))
+    if d["ci"] is not None:
+        ax.axhspan(d["ci"][0], d["ci"][1], color="tab:blue", alpha=0.15, label="pooled shared Δφ, 95% CI")
+    ax.axhline(d["estimate"], color="tab:blue", lw=1.5, label=f"pooled Δφ = {d['estimate']:+.3f}")
+    ax.axhline(0.0, color="black", lw=0.8)
+    effect = paper_effect(doc["name"])
+    if effect is not None:
+        ax.axhline(effect[1], color="tab:red", ls="--", lw=1.2, label=f"paper: {effect[1]:+.3f}")
+    est = np.array([row["delta_phi"] for row in rows])
+    lo = np.array([row["ci"][0] if row["ci"] else v for row, v in zip(rows, est)])
+    hi = np.array([row["ci"][1] if row["ci"] else v for row, v in zip(rows, est)])
+    ax.errorbar(x, est, yerr=[est - lo, hi - est], fmt="o", color="black", capsize=4, label="per budget")
+    ax.set_xticks(x, [flops_label(row["budget"]) for row in rows])
+    ax.set_xlabel("compute budget C (FLOPs)")
+    ax.set_ylabel("Δφ (variant − base)")
+    ax.set_title(f"{doc['name']}: Δφ per budget")
+    ax.legend(fontsize=7, loc="best")
+    return _save(fig, stem)
+
+
+def isoflop_arms_figure(arms, stem: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from loopscale.fit.plots import _log_axis, _r_colors, panel_grid
+
+    t = arms.table
+    budgets = sorted(set(t.budget.tolist()))
+    rs = sorted(set(t.r.tolist()))
+    colors = _r_colors(rs)
+    nrows, ncols = panel_grid(len(budgets), max_cols=4)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.3 * ncols, 3.0 * nrows), squeeze=False, sharey=False)
+    for ax, c in zip(axes.flat, budgets):
+        for r in rs:
+            for variant, style, face in ((False, "-", None), (True, "--", "white")):
+                mask = (t.budget == c) & (t.r == r) & (arms.variant == variant)
+                if not mask.any():
+                    continue
+                order = np.argsort(t.n[mask])
+                n, loss = t.n[mask][order], t.loss[mask][order]
+                ax.plot(n, loss, style, color=colors[r], lw=1.0)
+                ax.plot(n, loss, "o", color=colors[r], mfc=face or colors[r], ms=4)
+        ax.set_xscale("log")
+        _log_axis(ax, "x")
+        ax.set_title(f"C = {flops_label(c)}", fontsize=9)
+        ax.set_xlabel("N (parameters)")
+        ax.set_ylabel("loss (nats)")
+    for ax in list(axes.flat)[len(budgets) :]:
+        ax.axis("off")
+    handles = [plt.Line2D([], [], color=colors[r], marker="o", label=f"r = {r}") for r in rs]
+    handles += [
+        plt.Line2D([], [], color="gray", ls="-", marker="o", label="base"),
+        plt.Line2D([], [], color="gray", ls="--", marker="o", mfc="white", label="variant"),
+    ]
+    fig.legend(handles=handles, loc="center right", fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0, 0.88, 1))
+    return _save(fig, stem)
