@@ -87,6 +87,9 @@ def main() -> None:
     p.add_argument("--restarts", type=int, default=50)
     p.add_argument("--bootstrap-restarts", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--scenarios", type=int, nargs="+", help="run only these scenarios (indices into SCENARIOS, from 0)"
+    )
     p.add_argument("--out")
     args = p.parse_args()
     real = load_table(args.base)
@@ -100,7 +103,8 @@ def main() -> None:
     base = design_table("laptop", looped_only=False, prefix="b-")
     summary = []
     start = time.perf_counter()
-    for preset_name, delta, structure in SCENARIOS:
+    chosen = [SCENARIOS[i] for i in args.scenarios] if args.scenarios else SCENARIOS
+    for preset_name, delta, structure in chosen:
         variant = design_table(preset_name, looped_only=True, prefix="v-")
         rows = []
         for k in range(args.tables):

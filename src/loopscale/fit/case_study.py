@@ -193,7 +193,7 @@ def compare_arms(
     }
     if form != "paper":
         paper = delta_phi_shared(arms, "paper", resamples=0, **settings)
-        doc["delta_phi_paper_form"] = {k: paper[k] for k in ("estimate", "p", "F", "phi")}
+        doc["delta_phi_paper_form"] = {k: paper[k] for k in ("estimate", "F_test", "phi")}
     if shared["se"] is not None:
         doc["power"] = {f"{e:.2f}": power(e, shared["se"]) for e in POWER_EFFECTS}
     doc["verdict"] = verdict(doc)
@@ -220,13 +220,15 @@ def format_compare(doc: dict) -> str:
     )
     lines.append(
         f"shared nuisance ({d['form']} form): delta phi = {d['estimate']:+.4f} {_fmt_ci(d['ci'])}"
-        + ("" if d["se"] is None else f", SE {d['se']:.3f}")
-        + f"; F = {d['F']:.2f}, {_fmt_p(d['p'])}; "
+        + ("" if d["se"] is None else f", SE {d['se']:.3f}, t({d['t_df']}) {_fmt_p(d['p'])}")
+        + f"; F-test F = {d['F_test']['F']:.2f}, {_fmt_p(d['F_test']['p'])}; "
         f"phi (base) {d['phi']:.3f}"
     )
     if doc["delta_phi_paper_form"] is not None:
         q = doc["delta_phi_paper_form"]
-        lines.append(f"  under the paper's form: delta phi = {q['estimate']:+.4f} ({_fmt_p(q['p'])})")
+        lines.append(
+            f"  under the paper's form: delta phi = {q['estimate']:+.4f} (F-test {_fmt_p(q['F_test']['p'])})"
+        )
     lines.append(
         f"separate fits (the paper's): phi {s['base_phi']:.3f} -> {s['variant_phi']:.3f}, delta "
         f"{s['estimate']:+.4f} {_fmt_ci(s['ci'])} (paper: 0.453 -> 0.380 truncated BPTT, 0.646 "

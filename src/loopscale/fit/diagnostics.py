@@ -12,8 +12,12 @@ when any of these holds (each adds a line to ``reasons``):
   blocks it reuses) and φ = 1 (each loop is worth a full unique block): the runs cannot tell the two
   reference answers apart, even if the interval stops short of the box edge.
 
-Other parameters at a bound are also listed in ``reasons`` (they do not by themselves make φ
-unidentified); when E, α or β sits on its bound the verdict says the law's shape is not pinned down.
+- the point fit puts a shape parameter (E, α or β) on its bound: φ is then conditional on where the box
+  was drawn (its edge stands in for a value the runs do not determine), and a parametric bootstrap
+  simulated from that fit cannot show it. The verdict says "identified only given E at its bound", never
+  as a finding; the reported interval is then not the random-effects bootstrap (``fit.protocol``).
+
+A and B at a bound are listed in ``reasons`` too (they do not by themselves make φ unidentified).
 """
 
 from __future__ import annotations
@@ -137,7 +141,7 @@ def diagnose(
         )
     shape = [name for name in others if name in SHAPE]
     checks["shape_at_bound"] = shape
-    identified = None if joint is None else not phi_reasons
+    identified = None if joint is None else not (phi_reasons or shape)
     return {
         "at_bound": {"point": point, "forms": form_bounds, "bootstrap_share": share},
         "phi_identified": identified,
@@ -165,10 +169,19 @@ def _verdict(main, joint, identified, phi_reasons, shape, bootstrap, profile) ->
         if shape_clause:
             return f"{lead}{shape_clause}."
         return f"{lead}: every parameter lies inside the fit box."
-    if not identified:
+    if not identified and phi_reasons:
         return (
             f"φ is not identified by these runs: {phi_reasons[0][1]}, so they cannot say what a loop is worth"
             f"{shape_clause}."
+        )
+    if not identified:  # φ inside the box, but only given a shape parameter pinned to the box edge
+        where = ", ".join(_bound_value(n, main.theta, PARAM_LABELS.index(n)) for n in shape)
+        verb = "its bound" if len(shape) == 1 else "their bounds"
+        return (
+            f"φ is identified only given {_names(shape)} at {verb} ({where}): "
+            f"φ = {float(joint.theta[PHI]):.3f} is conditional on where the fit box was drawn, not a "
+            f"measurement; the runs do not determine {_names(shape)} (fix it from a prior, or add runs "
+            "that do)."
         )
     parts = []
     if bootstrap is not None and main.form == "joint":

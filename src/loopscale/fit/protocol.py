@@ -29,7 +29,7 @@ from loopscale.fit.analyses import (
 from loopscale.fit.bootstrap import BOOTSTRAP_RESTARTS, bootstrap_fit, random_effects_bootstrap
 from loopscale.fit.diagnostics import diagnose
 from loopscale.fit.fitter import LawFit, fit_law
-from loopscale.fit.law import EXTENSIONS, FORMS, HUBER_DELTA
+from loopscale.fit.law import EXTENSIONS, FORMS, HUBER_DELTA, LOWER, PHI, UPPER
 from loopscale.fit.lawcheck import check_law
 from loopscale.fit.profile import profile_phi
 from loopscale.fit.table import RunTable
@@ -63,16 +63,33 @@ class Protocol:
 
     @property
     def ci(self) -> dict[str, list[float]]:
-        """The reported CIs: the random-effects bootstrap's where it ran, else the cell bootstrap's."""
-        if self.interval is not None:
+        """The reported CIs: the random-effects bootstrap's where it ran from a fit inside the box; else the
+        cell bootstrap's, with φ's the wider of the cell bootstrap's and the profile's (``ci_method``)."""
+        if self.interval is not None and not self.fit.at_bound:
             return self.interval["ci"]
-        return {} if self.bootstrap is None else self.bootstrap["ci"]
+        if self.bootstrap is None:
+            return {}
+        ci = dict(self.bootstrap["ci"])
+        if self.ci_method == "profile":
+            lo, hi = self.profile["interval"]
+            ci["phi"] = [LOWER[PHI] if lo is None else lo, UPPER[PHI] if hi is None else hi]
+        return ci
 
     @property
     def ci_method(self) -> str | None:
-        if self.interval is not None:
+        """Which interval ``ci.phi`` is: "random_effects_bootstrap", "cell_bootstrap" or "profile"."""
+        if self.interval is not None and not self.fit.at_bound:
             return "random_effects_bootstrap"
-        return None if self.bootstrap is None else "cell_bootstrap"
+        if self.bootstrap is None:
+            return None
+        if self.interval is not None and self.profile is not None and "phi" in self.bootstrap["ci"]:
+            # the fit the random-effects bootstrap simulates from sits on a bound: the wider of the others
+            lo, hi = self.profile["interval"]
+            width = (UPPER[PHI] if hi is None else hi) - (LOWER[PHI] if lo is None else lo)
+            cell = self.bootstrap["ci"]["phi"]
+            if width > cell[1] - cell[0]:
+                return "profile"
+        return "cell_bootstrap"
 
     def secondary_intervals(self) -> dict[str, list | None]:
         """φ's other intervals, beside ``ci.phi``: the cell bootstrap's and the profile's."""
@@ -461,11 +478,18 @@ def run_protocol(
                 )
     prof = None
     if law == "joint" and profile:
-        primary = interval or boot
+        primary = boot if main.at_bound else (interval or boot)  # the interval ``ci.phi`` will report
         boot_ci = primary["ci"]["phi"] if primary is not None and main.form == "joint" else None
         warm = [forms["joint"], *(f for k, f in forms.items() if k != "joint")]
         with progress_bar(None, "profile", "step"):
             prof = profile_phi(table, warm, bootstrap_ci=boot_ci, seed=seed)
+    if interval is not None and main.at_bound:
+        notes.append(
+            "the random-effects bootstrap simulates from the fit, which has "
+            f"{', '.join(main.at_bound)} on the edge of the fit box: its tables cannot show what that edge "
+            "hides, so it is not the reported interval; ci.phi is the wider of the cell bootstrap and the "
+            "profile interval"
+        )
     check = None
     if law == "joint" and law_check:
         with progress_bar(6, "law check", "step") as advance:
@@ -545,7 +569,7 @@ def run_protocol(
         table_summary=summary,
         settings=settings,
         notes=notes,
-        diagnostics=diagnose(main, forms, interval or boot, prof),  # the reported interval's bootstrap
+        diagnostics=diagnose(main, forms, boot if main.at_bound else (interval or boot), prof),
         profile=prof,
         interval=interval,
         law_check=check,

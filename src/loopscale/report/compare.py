@@ -51,8 +51,9 @@ def _section(doc: dict, figures: list[Path]) -> Section:
     blocks: list = [f"**{doc['verdict']}**"]
     items = [
         f"Shared-nuisance estimate ({d['form']} form, {d['n_runs']} runs): Δφ = {d['estimate']:+.3f} "
-        f"{_ci(d['ci'])}, F = {d['F']:.2f}, p = {d['p']:.2g}; the interval is a random-effects bootstrap "
-        f"({d.get('resamples', 0)} resamples) with error groups shared by the arms and per arm.",
+        f"{_ci(d['ci'])} (estimate ± t({d['t_df']})·SE, SE {d['se']:.3f} from a random-effects bootstrap of "
+        f"{d.get('resamples', 0)} tables with error groups per arm; p = {d['p']:.2g}); F-test of Δφ = 0 "
+        f"(iid errors): F = {d['F_test']['F']:.2f}, p = {d['F_test']['p']:.2g}.",
         f"The paper's estimate (each arm fitted on its own): φ {s['base_phi']:.3f} → {s['variant_phi']:.3f}, "
         f"Δφ = {s['estimate']:+.3f} {_ci(s['ci'])} (paired cell bootstrap)"
         + (
@@ -64,7 +65,9 @@ def _section(doc: dict, figures: list[Path]) -> Section:
     ]
     if doc["delta_phi_paper_form"] is not None:
         q = doc["delta_phi_paper_form"]
-        items.append(f"Under the paper's form instead: Δφ = {q['estimate']:+.3f} (p = {q['p']:.2g}).")
+        items.append(
+            f"Under the paper's form instead: Δφ = {q['estimate']:+.3f} (F-test p = {q['F_test']['p']:.2g})."
+        )
     if doc["trend"] is not None:
         t = doc["trend"]
         items.append(
