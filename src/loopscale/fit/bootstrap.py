@@ -152,7 +152,7 @@ def bootstrap_fit(
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The random-effects parametric bootstrap: the interval ``ci.phi`` reports (issue 19, docs/fitting.md).
+# The random-effects parametric bootstrap: the interval ``ci.phi`` reports (docs/fitting.md).
 #
 # The cell bootstrap resamples (budget, r) cells. It cannot see an error that every cell of one r shares
 # across budgets (one per (r, width): a width at which one loop count trains better than the law says), and

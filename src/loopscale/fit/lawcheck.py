@@ -1,4 +1,4 @@
-"""Does the law describe the data? Checks to run before φ is read as a measurement (issue 19, method §8.10).
+"""Does the law describe the data? Checks to run before φ is read as a measurement (method §8.10).
 
 ``phi_identified`` (``fit.diagnostics``) says whether the runs pin φ down *within* the law. This module asks
 whether the law itself holds on the runs, with tests that each have a known distribution when it does:

@@ -15,7 +15,7 @@
   robust axis range (``robust_range``) with the number of resamples outside it written on the figure;
 - ``residuals``: observed − predicted (nats) against N and against D, coloured by r;
 - ``residuals_vs_width``: the same residuals against width, one panel per r, coloured by budget, with the
-  mean per width (the law check's r × width misfit, issue 19);
+  mean per width (the law check's r × width misfit);
 - ``frontier``: the compute-optimal L* and N* per r against compute.
 
 Log axes get at most a handful of labelled ticks (1, 2, 5 × 10^k or sparser) in compact units (``20K``,

@@ -168,7 +168,7 @@ def _intervals_text(doc, digits: int = 3) -> str:
 
 def _ci_method(doc) -> str | None:
     """How ``ci.phi`` was made (fit.json ``ci_method``, e.g. "random_effects_bootstrap"); None for the cell
-    block bootstrap, the only interval before the law check (issue 19)."""
+    block bootstrap, the only interval before the law check."""
     method = doc["ci"].get("phi_method") or doc.get("ci_method")
     return None if method in (None, "cell_bootstrap") else str(method)
 
@@ -184,7 +184,7 @@ def _main_interval_text(doc, digits: int = 3) -> str:
 
 
 def _law_verdict(doc) -> str:
-    """The first sentence of the report and of the CLI line: what the law check (issue 19, fit.json
+    """The first sentence of the report and of the CLI line: what the law check (fit.json
     ``law_check``) says about the law, without φ. Rejected: its headline, the strongest evidence."""
     check = doc.get("law_check")
     if check is None:
@@ -462,7 +462,7 @@ def _lead(doc, fitted: int, planned: int, baseline: str | None = None) -> list:
     return blocks
 
 
-# --- the law check (issue 19): does the law describe the runs at all? --------------------------------------
+# --- the law check: does the law describe the runs at all? --------------------------------------
 
 
 _NOISE_SOURCE = {
@@ -819,7 +819,7 @@ def _interval_rows(doc) -> list[list[str]]:
     if doc["ci"].get("phi"):
         lo, hi = doc["ci"]["phi"]
         name = "block bootstrap (percentile)" if method is None else method_name(method)
-        how = cells if method is None else "the interval reported with φ (law check, issue 19)"
+        how = cells if method is None else "the interval reported with φ (law check, docs/fitting.md)"
         rows.append([name, _level(doc), _num(lo, "{:.3f}"), _num(hi, "{:.3f}"), how])
     else:
         rows.append(["block bootstrap (percentile)", "", "–", "–", "not computed (bootstrap off)"])

@@ -85,9 +85,10 @@ class Document:
                         "<ul>" + "".join(f"<li>{_inline(item)}</li>" for item in block.items) + "</ul>"
                     )
                 elif isinstance(block, Table):
-                    head = "".join(f"<th>{esc(h)}</th>" for h in block.header)
+                    head = "".join(f"<th>{_inline(str(h))}</th>" for h in block.header)
                     rows = "".join(
-                        "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in block.rows
+                        "<tr>" + "".join(f"<td>{_inline(str(c))}</td>" for c in row) + "</tr>"
+                        for row in block.rows
                     )
                     body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
                 elif isinstance(block, Image):

@@ -1,4 +1,4 @@
-"""Progress of a sweep's first runs, relayed from their metrics.jsonl (issue 20).
+"""Progress of a sweep's first runs, relayed from their metrics.jsonl.
 
 A sweep's ETA needs one finished run; until then nothing else says how far the sweep is (a sweep's runs
 train without a bar of their own, into train.log). Every training process appends one metrics.jsonl line
