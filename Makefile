@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -q -e '.[dev,lmeval]'
+	$(VENV)/bin/pip install -q -e '.[dev,lmeval,hf]'
 	touch $(STAMP)
 
 setup: $(STAMP)

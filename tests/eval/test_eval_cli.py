@@ -320,3 +320,67 @@ def test_compiled_scoring_gives_the_eager_scores(trained_run, tmp_path, capsys):
     for name, eager in reports[False].items():
         assert reports[True][name]["loss"] == pytest.approx(eager["loss"], rel=1e-5)
         assert reports[True][name]["accuracy"] == eager["accuracy"]
+
+
+def test_eval_at_several_r_is_one_row_per_r(trained_run, tmp_path, capsys):
+    """`eval RUN --r 1 2 4`: the test-time loop curve of one checkpoint in one command; each r scores as a
+    separate `--r R` evaluation does."""
+    args = ["eval", str(trained_run), "--tasks", "induction_head", "varassign_d0_math", "--limit", "8",
+            "--device", "cpu"]
+    out_json = tmp_path / "curve.json"
+    code, out, err = run_cli(capsys, *args, "--r", "1", "2", "4", "--json", str(out_json))
+    assert code == 0, err
+    rows = [line.split() for line in out.splitlines() if line[:4].strip() in ("1", "2", "4")]
+    assert [row[0] for row in rows] == ["1", "2", "4"] and "trained r=2" in out
+    reports = json.loads(out_json.read_text())["reports"]
+    assert [rep["r"] for rep in reports] == [1, 2, 4] and all(rep["r_train"] == 2 for rep in reports)
+    assert [f"{rep['macro_loss']:.4f}" for rep in reports] == [row[1] for row in rows]
+    assert "r=4 induction_head" in err  # progress names the loop count
+    code, _, _ = run_cli(capsys, *args, "--r", "4", "--json", str(tmp_path / "r4.json"))
+    assert code == 0
+    assert json.loads((tmp_path / "r4.json").read_text())["tasks"] == reports[2]["tasks"]
+    code, _, err = run_cli(capsys, *args, "--r", "2", "4", "2")
+    assert code == 2 and "--r lists 2 more than once" in err and err.count("\n") == 1
+
+
+def test_eval_sweep_at_several_r_writes_one_file_per_r(trained_run, tmp_path, capsys):
+    sweep = _sweep_of_copies(trained_run, tmp_path / "sweep", 1)
+    args = ["eval-sweep", str(sweep), "--tasks", "induction_head", "--limit", "8", "--device", "cpu",
+            "--r", "1", "3"]
+    code, out, _ = run_cli(capsys, *args)
+    assert code == 0 and "2 evaluated, 0 already done (run x r)" in out
+    assert "run0: r=1 macro loss" in out and "run0: r=3 macro loss" in out
+    run = sweep / "runs" / "run0"
+    assert not (run / "eval.json").exists()  # collect reads eval.json: a single-r evaluation
+    assert [json.loads((run / f"eval_r{r}.json").read_text())["r"] for r in (1, 3)] == [1, 3]
+    code, out, _ = run_cli(capsys, *args)
+    assert "0 evaluated, 2 already done" in out
+
+
+@pytest.fixture(scope="module")
+def hyperconnect_run(trained_run, tmp_path_factory) -> Path:
+    """The trained run's recipe with hyperconnections (r = 2), 2 steps."""
+    import dataclasses
+
+    from loopscale.config import from_dict, load_yaml
+    from loopscale.train import TrainConfig, train
+
+    cfg = from_dict(TrainConfig, load_yaml(trained_run / "config.yaml"), "train")
+    cfg = dataclasses.replace(cfg, steps=2, model=dataclasses.replace(cfg.model, injection="hyperconnect"))
+    run = tmp_path_factory.mktemp("hc") / "run"
+    assert train(cfg, run)["status"] == "ok"
+    return run
+
+
+def test_hyperconnection_loop_counts_beyond_the_trained_r_are_refused(hyperconnect_run, tmp_path, capsys):
+    args = ["--tasks", "induction_head", "--limit", "4", "--device", "cpu"]
+    code, out, err = run_cli(capsys, "eval", str(hyperconnect_run), "--r", "1", "4", *args)
+    assert code == 2 and err.count("\n") == 1 and out == ""  # refused before any r is evaluated
+    assert "hyperconnection model trained with r=2" in err and "cannot run r=4" in err
+    code, out, _ = run_cli(capsys, "eval", str(hyperconnect_run), "--r", "1", "2", *args)
+    assert code == 0
+    sweep = tmp_path / "sweep"
+    shutil.copytree(hyperconnect_run, sweep / "runs" / "hc")
+    code, _, err = run_cli(capsys, "eval-sweep", str(sweep), "--r", "2", "3", *args)
+    assert code == 2 and err.count("\n") == 1 and "cannot run r=3" in err
+    assert not list((sweep / "runs" / "hc").glob("eval*.json"))

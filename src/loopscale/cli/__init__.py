@@ -18,7 +18,7 @@ from loopscale import __version__
 from loopscale.errors import UserError
 
 # Modules under loopscale.cli, each with register(subparsers); their order is the --help order.
-AREAS = ("describe", "data", "train", "sweep", "fit", "design", "eval")
+AREAS = ("describe", "data", "train", "sweep", "fit", "design", "eval", "export")
 
 
 class OneLineParser(argparse.ArgumentParser):

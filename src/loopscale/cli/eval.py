@@ -22,7 +22,11 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                        help=f"axes to evaluate (default: all five): {' '.join(AXES)}")
     p.add_argument("--task-dir", type=Path,
                    help=f"folder with <task>.jsonl files (default: ${TASK_DIR_ENV}, else data/tasks)")
-    p.add_argument("--r", type=int, help="loop count at evaluation (default: the trained r)")
+    p.add_argument("--r", type=int, nargs="+", metavar="R",
+                   help="loop count(s) at evaluation (default: the trained r); several give one row per r, "
+                        "the "
+                        "test-time loop curve of one checkpoint (a hyperconnection model runs at most its "
+                        "trained r)")
     p.add_argument("--tokenizer", type=Path,
                    help="tokenizer.json (default: the one of the checkpoint's training data set)")
     p.add_argument("--limit", type=int, default=MAX_EXAMPLES,
@@ -41,13 +45,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="per-token continuation loss of a checkpoint on the paper's five axes")
     p.add_argument("checkpoint", type=Path, help="run folder or checkpoint folder")
     _add_common(p)
-    p.add_argument("--json", type=Path, metavar="OUT", help="also write the full result (eval.json format)")
+    p.add_argument("--json", type=Path, metavar="OUT",
+                   help="also write the full result (eval.json format; with several --r, {\"reports\": [one "
+                        "per r]})")
     p.set_defaults(func=run_eval)
 
     p = sub.add_parser("eval-sweep", help="evaluate every finished run of a sweep (writes eval.json per run)")
     p.add_argument("sweep_dir", type=Path, help="sweep folder (with sweep.yaml)")
     _add_common(p)
-    p.add_argument("--force", action="store_true", help="re-evaluate runs that already have eval.json")
+    p.add_argument("--force", action="store_true",
+                   help="re-evaluate runs that already have eval.json (with several --r: eval_r<R>.json)")
     p.add_argument("--workers", type=int,
                    help="evaluations at once, one process each (default: as `loopscale sweep` lays out runs: "
                         "one single-threaded evaluation per core for CPU models of width <= 128, else one)")
@@ -116,20 +123,36 @@ def run_eval(args: argparse.Namespace) -> int:
         check_output(args.json, "--json", folder=False)
     tasks, missing, settings = _load_tasks(args)
     _set_threads(args)
-    from loopscale.eval.suite import evaluate_model, format_report, load_eval_model, published  # torch
+    from loopscale.eval.suite import (  # torch
+        evaluate_model,
+        format_loop_curve,
+        format_report,
+        load_eval_model,
+        loop_counts,
+        published,
+    )
+    rs = loop_counts(args.r)
     loaded = load_eval_model(args.checkpoint, args.tokenizer, args.device, args.compile)
+    for r in rs:  # every loop count is checked before any is evaluated
+        loaded.resolve_r(r)
+    several = len(rs) > 1
 
     def progress(result):
         reduced = result.shots != result.shots_requested
         shots = f", {result.shots} of {result.shots_requested} shots" if reduced else ""
-        print(f"  {result.name}: {result.loss:.4f} nats/token over {result.n_tokens} tokens, "
+        at_r = f"r={r_eval} " if several else ""
+        print(f"  {at_r}{result.name}: {result.loss:.4f} nats/token over {result.n_tokens} tokens, "
               f"{result.n_truncated}/{result.n_sequences} sequences cut{shots}", file=sys.stderr)
 
-    report = evaluate_model(loaded, tasks, missing, r=args.r, max_batch_tokens=_batch_tokens(args),
-                            settings={**settings, "r_requested": args.r}, progress=progress)
-    print(format_report(report))
+    reports, encodings = [], {}
+    for r_eval in rs:
+        reports.append(evaluate_model(loaded, tasks, missing, r=r_eval, max_batch_tokens=_batch_tokens(args),
+                                      settings={**settings, "r_requested": r_eval}, progress=progress,
+                                      encodings=encodings))
+    print(format_loop_curve(reports) if several else format_report(reports[0]))
     if args.json:
-        atomic_write_json(args.json, published(report, args.json.parent))
+        docs = [published(report, args.json.parent) for report in reports]
+        atomic_write_json(args.json, {"reports": docs} if several else docs[0])
         print(f"wrote {args.json}")
     return 0
 
@@ -144,11 +167,13 @@ def run_eval_sweep(args: argparse.Namespace) -> int:
         check_output(run_dir(args.sweep_dir, name), "SWEEP_DIR", folder=True, kind="run")
     tasks, missing, settings = _load_tasks(args)
     _set_threads(args)
-    from loopscale.eval.suite import eval_sweep
+    from loopscale.eval.suite import eval_sweep, loop_counts
+    rs = loop_counts(args.r)
     counts = eval_sweep(args.sweep_dir, tasks, missing, r=args.r, tokenizer=args.tokenizer,
                         device=args.device, max_batch_tokens=_batch_tokens(args), settings=settings,
                         force=args.force, workers=args.workers, threads=args.threads, compile=args.compile)
-    print(f"eval-sweep: {counts['evaluated']} evaluated, {counts['done']} already done, "
+    per = " (run x r)" if len(rs) > 1 else ""
+    print(f"eval-sweep: {counts['evaluated']} evaluated, {counts['done']} already done{per}, "
           f"{counts['skipped']} not finished or failed")
     return 0
 

@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from loopscale.config import from_dict, load_yaml
+from loopscale.config import ModelConfig, from_dict, load_yaml
 from loopscale.errors import UserError
 from loopscale.eval.axes import PAPER_TASKS, MissingTask, summarize
 from loopscale.eval.continuation import (
@@ -83,10 +83,10 @@ class EvalModel:
         return digest, self.bos_id, self.seq_len
 
     def resolve_r(self, r: int | None) -> int:
-        """The loop count to evaluate with: ``r``, or the trained r when None."""
+        """The loop count to evaluate with: ``r``, or the trained r when None. A hyperconnection model
+        runs at most its trained r (its scalars are per loop iteration): more is a UserError."""
         r_eval = self.r_train if r is None else int(r)
-        if r_eval < 1:
-            raise UserError(f"the loop count r must be >= 1, got {r_eval}")
+        check_loop_count(r_eval, self.model.layout, self.checkpoint)
         return r_eval
 
     def autocast(self) -> torch.autocast:
@@ -103,6 +103,57 @@ class EvalModel:
                 return base(idx, positions, **packing)
 
         return logits
+
+
+def check_loop_count(r: int, layout, where: str | Path) -> None:
+    """Refuse a loop count ``r`` that the model of ``layout`` (config.Layout) cannot run: r < 1, or more
+    loops than a hyperconnection model was trained with (one-line UserError naming ``where``)."""
+    if r < 1:
+        raise UserError(f"the loop count r must be >= 1, got {r}")
+    if layout.injection == "hyperconnect" and r > layout.r:
+        raise UserError(f"{where} is a hyperconnection model trained with r={layout.r}: its per-iteration "
+                        f"parameters cannot run r={r} (use r <= {layout.r})")
+
+
+def loop_counts(r: int | Sequence[int] | None) -> tuple[int | None, ...]:
+    """``--r`` as a tuple: (None,) for the trained r, one entry per loop count otherwise; a loop count
+    listed twice is a UserError."""
+    if r is None:
+        return (None,)
+    rs = (int(r),) if isinstance(r, int) else tuple(int(v) for v in r)
+    if not rs:
+        return (None,)
+    twice = sorted({v for v in rs if rs.count(v) > 1})
+    if twice:
+        raise UserError(f"--r lists {', '.join(map(str, twice))} more than once")
+    return rs
+
+
+def eval_file_name(rs: Sequence[int | None], r: int | None) -> str:
+    """Where eval-sweep writes the evaluation at ``r`` of the loop counts ``rs`` inside a run folder:
+    eval.json for a single loop count (what ``collect`` reads), eval_r<R>.json for each of several."""
+    return EVAL_FILE if len(rs) == 1 else f"eval_r{r}.json"
+
+
+def format_loop_curve(reports: Sequence[dict]) -> str:
+    """One row per loop count: r, macro loss ± se and each axis's loss (nats per continuation token),
+    from the eval.json documents of one checkpoint at several r."""
+    first = reports[0]
+    axes = [axis for axis in first["axes"] if any(rep["axes"][axis]["loss"] is not None for rep in reports)]
+    widths = [max(len(axis), 9) for axis in axes]
+    lines = [f"checkpoint {first['checkpoint']}  trained r={first['r_train']}  (loss in nats per "
+             "continuation token)", ""]
+    header = "".join(f"  {axis:>{w}}" for axis, w in zip(axes, widths))
+    lines.append(f"{'r':>4}{'macro loss':>12}{'± se':>8}{header}")
+    for rep in reports:
+        macro = rep["macro_loss"]
+        row = f"{rep['r']:>4}" + (f"{macro:>12.4f}" if macro is not None else f"{'-':>12}")
+        row += f"{_se(rep.get('macro_loss_se')):>8}"
+        for axis, w in zip(axes, widths):
+            loss = rep["axes"][axis]["loss"]
+            row += f"  {loss:>{w}.4f}" if loss is not None else f"  {'-':>{w}}"
+        lines.append(row)
+    return "\n".join(lines)
 
 
 def resolve_device(device: str | None) -> str:
@@ -309,7 +360,7 @@ def eval_sweep(
     tasks: Sequence[Task],
     missing: Sequence[MissingTask] = (),
     *,
-    r: int | None = None,
+    r: int | Sequence[int] | None = None,
     tokenizer: str | Path | None = None,
     device: str | None = None,
     max_batch_tokens: int = DEFAULT_BATCH_TOKENS,
@@ -321,7 +372,10 @@ def eval_sweep(
     log=print,
 ) -> dict[str, int]:
     """Evaluate every finished (status ok) run of a sweep folder (``SWEEP_DIR/runs/NAME``), writing
-    ``eval.json`` atomically into each run folder; failed and unfinished runs are skipped.
+    ``eval.json`` atomically into each run folder; failed and unfinished runs are skipped. ``r``: the loop
+    count (None: each run's trained r), or several, one evaluation each, written to ``eval_r<R>.json``
+    (``eval_file_name``); a loop count a run's model cannot run (more than a hyperconnection model was
+    trained with) is a UserError before anything is evaluated.
 
     Resumable by task: a run whose eval.json has the same settings (task selection, cap, task folder,
     requested r) keeps the results of every task whose content digest is unchanged and scores only the
@@ -332,7 +386,8 @@ def eval_sweep(
     ``sweep.plan.local_layout``, as ``loopscale sweep`` lays out its runs: one single-threaded
     evaluation per core for small CPU models, else one with torch's threads). Each process tokenises a
     task once for all the runs it evaluates. Interrupted, it loses only the runs in flight (each eval.json
-    is written whole or not at all). Returns counts of evaluated / done / skipped runs."""
+    is written whole or not at all). Returns counts of evaluated / done (one per run and loop count) and
+    skipped runs."""
     from loopscale.sweep.plan import local_layout
     from loopscale.sweep.rundir import run_dir, run_names, run_state
 
@@ -340,10 +395,11 @@ def eval_sweep(
     names = run_names(root)
     if workers is not None and workers < 1:
         raise UserError(f"--workers must be >= 1, got {workers}")
-    settings = {**(settings or {}), "r_requested": r}
+    rs = loop_counts(r)
+    settings = dict(settings or {})
     wanted = {task.name: task.digest for task in tasks}
     counts = {"evaluated": 0, "done": 0, "skipped": 0}
-    todo: list[tuple[Path, dict[str, TaskResult]]] = []
+    todo: list[tuple[Path, int | None, str, dict[str, TaskResult]]] = []
     for name in names:
         state = run_state(root, name)
         if state.status != "ok":
@@ -351,23 +407,25 @@ def eval_sweep(
             counts["skipped"] += 1
             continue
         folder = run_dir(root, name)
-        out = folder / EVAL_FILE
-        earlier = {} if force else reusable_results(out, settings)
-        if {n: res.digest for n, res in earlier.items()} == wanted and _same_missing(out, missing):
-            log(f"{name}: done ({out})")
-            counts["done"] += 1
-            continue
-        todo.append((folder, earlier))
+        _check_run_loops(folder, rs)
+        for r_eval in rs:
+            out = folder / eval_file_name(rs, r_eval)
+            earlier = {} if force else reusable_results(out, {**settings, "r_requested": r_eval})
+            if {n: res.digest for n, res in earlier.items()} == wanted and _same_missing(out, missing):
+                log(f"{name}: done ({out})")
+                counts["done"] += 1
+                continue
+            todo.append((folder, r_eval, out.name, earlier))
     if not todo:
         return counts
     if workers is None:
-        layout = local_layout(device, [_run_width(folder) for folder, _ in todo])
+        layout = local_layout(device, [_run_width(folder) for folder, *_ in todo])
         log(f"eval-sweep: {len(todo)} run(s) to evaluate, {layout.why}")
         workers = layout.workers
     workers = min(workers, len(todo))
     if threads is None and workers > 1 and str(device or "cpu").startswith("cpu"):
         threads = max(1, (os.cpu_count() or 1) // workers)  # share the cores, do not oversubscribe them
-    job = _SweepJob(tuple(tasks), tuple(missing), r, tokenizer, device, max_batch_tokens, settings, threads,
+    job = _SweepJob(tuple(tasks), tuple(missing), tokenizer, device, max_batch_tokens, settings, threads,
                     compile)
     if workers == 1:
         _init_worker(job)
@@ -390,8 +448,8 @@ def eval_sweep(
     except BaseException:
         pool.terminate()  # Ctrl-C or a failed run: stop the others (their eval.json are not half-written)
         pool.join()
-        for folder, _ in todo:  # a worker stopped mid-write leaves its temporary file: remove it
-            remove_partial_writes(folder / EVAL_FILE)
+        for folder, _, out_name, _ in todo:  # a worker stopped mid-write leaves its temporary file
+            remove_partial_writes(folder / out_name)
         raise
     pool.join()
     return counts
@@ -403,7 +461,6 @@ class _SweepJob:
 
     tasks: tuple[Task, ...]
     missing: tuple[MissingTask, ...]
-    r: int | None
     tokenizer: str | Path | None
     device: str | None
     max_batch_tokens: int
@@ -414,29 +471,47 @@ class _SweepJob:
 
 _JOB: _SweepJob | None = None
 _ENCODINGS: dict = {}  # this process's tokenised tasks, shared by the runs it evaluates
+_LOADED: dict = {}  # the model this process evaluated last, by run folder
 
 
 def _init_worker(job: _SweepJob) -> None:
     global _JOB
     _JOB = job
     _ENCODINGS.clear()
+    _LOADED.clear()
     if job.threads is not None:
         torch.set_num_threads(job.threads)
 
 
-def _evaluate_run(item: tuple[Path, dict[str, TaskResult]]) -> str:
-    """Evaluate one run folder with the process's job and write its eval.json; the log line."""
-    folder, earlier = item
+def _evaluate_run(item: tuple[Path, int | None, str, dict[str, TaskResult]]) -> str:
+    """Evaluate one run folder at one loop count with the process's job and write its eval.json (or
+    eval_r<R>.json); the log line."""
+    folder, r, out_name, earlier = item
     job = _JOB
     assert job is not None, "_init_worker sets the job first"
-    loaded = load_eval_model(folder, job.tokenizer, job.device, job.compile)
-    report = evaluate_model(loaded, job.tasks, job.missing, r=job.r, max_batch_tokens=job.max_batch_tokens,
-                            settings=job.settings, reuse=earlier, encodings=_ENCODINGS)
-    out = folder / EVAL_FILE
+    loaded = _LOADED.get(folder)
+    if loaded is None:  # the same run at several r: loaded once per process
+        _LOADED.clear()
+        loaded = _LOADED[folder] = load_eval_model(folder, job.tokenizer, job.device, job.compile)
+    report = evaluate_model(loaded, job.tasks, job.missing, r=r, max_batch_tokens=job.max_batch_tokens,
+                            settings={**job.settings, "r_requested": r}, reuse=earlier, encodings=_ENCODINGS)
+    out = folder / out_name
     atomic_write_json(out, published(report, folder))
     kept = sum(1 for task in job.tasks if task.name in earlier and earlier[task.name].digest == task.digest)
     return (f"{folder.name}: r={report['r']} macro loss {report['macro_loss']:.4f} nats "
             f"({len(job.tasks) - kept} task(s) scored, {kept} kept) -> {out}")
+
+
+def _check_run_loops(folder: Path, rs: Sequence[int | None]) -> None:
+    """Refuse loop counts the run's model cannot run (``check_loop_count``), from its config.yaml; an
+    unreadable config is left to the loader's own error."""
+    try:
+        layout = from_dict(ModelConfig, load_yaml(folder / "config.yaml")["model"], "model").layout()
+    except (UserError, KeyError, TypeError):
+        return
+    for r in rs:
+        if r is not None:
+            check_loop_count(r, layout, folder)
 
 
 def _run_width(folder: Path) -> int:
