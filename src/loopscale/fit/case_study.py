@@ -98,6 +98,15 @@ def optimum_shift(arms: Arms) -> list[dict]:
     return rows
 
 
+def loss_change_text(lc: dict) -> str:
+    """``loss_changes`` in one line: how many matched looped cells the variant lowers, the mean per r."""
+    per_r = ", ".join(f"r = {r}: {v:+.4f}" for r, v in lc["mean_per_r"].items())
+    return (
+        f"{lc['lower']} of {lc['matched']} matched (budget, width, r) cells lower with the variant; mean "
+        f"{lc['mean']:+.4f} nats ({per_r})"
+    )
+
+
 def loop_tax(t: RunTable) -> list[dict]:
     """L*(r) − L*(r = 1) per budget (nats; iso-FLOP minima, bracketed cells only)."""
     return cell_gaps(parabola_minima(t))
@@ -241,13 +250,8 @@ def format_compare(doc: dict) -> str:
     if doc["trend"] is not None:
         t = doc["trend"]
         lines.append(f"{t['label']}: {t['estimate']:+.3f} (F = {t['F']:.2f}, {_fmt_p(t['p'])})")
-    lc = doc["loss_change"]
-    if lc["matched"]:
-        per_r = ", ".join(f"r = {r}: {v:+.4f}" for r, v in lc["mean_per_r"].items())
-        lines.append(
-            f"loss change (variant - base, matched cells): {lc['lower']} of {lc['matched']} lower; mean "
-            f"{lc['mean']:+.4f} nats ({per_r})"
-        )
+    if doc["loss_change"]["matched"]:
+        lines.append(f"loss change (variant - base): {loss_change_text(doc['loss_change'])}")
     shifts = doc["optimum_shift"]
     counts = {
         k: sum(1 for row in shifts if row["shift"] == k) for k in ("wider", "narrower", "not bracketed")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from loopscale.fit.case_study import compare_arms, to_json
+from loopscale.fit.case_study import compare_arms, loss_change_text, to_json
 from loopscale.fit.compare import PAPER_EFFECTS, make_arms
 from loopscale.fit.labels import flops_label
 from loopscale.fit.table import RunTable
@@ -80,13 +80,8 @@ def _section(doc: dict, figures: list[Path]) -> Section:
         )
     for arm, check in (doc["law_check"] or {}).items():
         items.append(f"Law check of the {arm} arm: **{check['verdict']}** — {check['headline']}.")
-    lc = doc["loss_change"]
-    if lc["matched"]:
-        per_r = ", ".join(f"r = {r}: {v:+.4f}" for r, v in lc["mean_per_r"].items())
-        items.append(
-            f"Loss change at matched (budget, width, r): {lc['lower']} of {lc['matched']} looped cells lower "
-            f"with the variant; mean {lc['mean']:+.4f} nats ({per_r})."
-        )
+    if doc["loss_change"]["matched"]:
+        items.append(f"Loss change: {loss_change_text(doc['loss_change'])}.")
     blocks.append(Bullets(items))
     blocks.append(
         Table(
