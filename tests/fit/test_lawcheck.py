@@ -289,5 +289,6 @@ def test_cli_compare_leads_with_a_rejected_law(tmp_path):
     assert code == 0
     doc = json.loads((tmp_path / "c.json").read_text())
     assert doc["law_check"]["variant"]["verdict"] == "rejected"
-    assert out.splitlines()[0].startswith("variant: one constant phi is rejected")
-    assert "not a measurement" in out
+    first = out.splitlines()[0]  # the verdict: the rejection first, then delta phi
+    assert first.startswith("the law check rejects one constant phi on the variant arm")
+    assert "not measurements" in first and first == doc["verdict"]

@@ -270,7 +270,7 @@ def test_scaled_presets_are_iso_depth_grids(name, n_budgets, span, rs):
         assert run.steps >= 10, run.name
 
 
-@pytest.mark.parametrize(("name", "n_runs"), [("laptop", 60), ("laptop-staggered", 72)])
+@pytest.mark.parametrize(("name", "n_runs"), [("laptop", 68), ("laptop-staggered", 72)])
 def test_laptop_preset_spends_its_flops_on_the_blocks_and_reads_each_token_once(name, n_runs):
     """The laptop designs (docs/sweeps.md): at d ≥ 32 the blocks N counts take over half the training FLOPs
     (6·(N_once + r·N_rec) of F, the rest is attention and the unembedding), and no run reads more tokens

@@ -116,12 +116,27 @@ def _fmt_ci(ci) -> str:
     return "no interval" if ci is None else f"[{ci[0]:+.3f}, {ci[1]:+.3f}]"
 
 
-def _fmt_p(p) -> str:
+def p_text(p) -> str:
     return "p n/a" if p is None or not math.isfinite(p) else (f"p = {p:.2g}" if p >= 1e-4 else "p < 1e-4")
 
 
+def _rejected_arms(doc: dict) -> str:
+    """'the base and variant arms' whose law check rejects one constant φ ('' when none does)."""
+    arms = [arm for arm, check in (doc["law_check"] or {}).items() if check["verdict"] == "rejected"]
+    return "" if not arms else " and ".join(arms) + (" arms" if len(arms) > 1 else " arm")
+
+
 def verdict(doc: dict) -> str:
-    """The first line: what Δφ is, with its interval and test, and how far to trust it."""
+    """The first line: whether the law holds on the arms, then what Δφ is, with its interval and test."""
+    rejected = _rejected_arms(doc)
+    lead = (
+        f"the law check rejects one constant phi on the {rejected}, so delta phi compares averages over "
+        "budgets, not measurements: " if rejected else ""
+    )
+    return lead + _delta_phi_sentence(doc)
+
+
+def _delta_phi_sentence(doc: dict) -> str:
     d, name = doc["delta_phi"], doc["name"]
     rows = [row for row in doc["per_budget"] if row["delta_phi"] is not None]
     form = "" if d["form"] == "paper" else f" (under the {d['form']} form the base's law check selects)"
@@ -135,12 +150,12 @@ def verdict(doc: dict) -> str:
             + ")"
         )
         way = "raises" if d["estimate"] > 0 else "lowers"
-        size = f"{abs(d['estimate']):.2f} {_fmt_ci(d['ci'])} ({_fmt_p(d['p'])})"
+        size = f"{abs(d['estimate']):.2f} {_fmt_ci(d['ci'])} ({p_text(d['p'])})"
         return f"{name} {way} phi by {size}, {where}{form}"
     p08 = doc["power"].get("0.08")
     power_text = "" if p08 is None else f"; this design's power for |delta phi| = 0.08 is {p08:.2f}"
     return (
-        f"delta phi not resolved for {name}: {d['estimate']:+.3f} {_fmt_ci(d['ci'])} ({_fmt_p(d['p'])})"
+        f"delta phi not resolved for {name}: {d['estimate']:+.3f} {_fmt_ci(d['ci'])} ({p_text(d['p'])})"
         f"{form}{power_text}"
     )
 
@@ -229,14 +244,14 @@ def format_compare(doc: dict) -> str:
     )
     lines.append(
         f"shared nuisance ({d['form']} form): delta phi = {d['estimate']:+.4f} {_fmt_ci(d['ci'])}"
-        + ("" if d["se"] is None else f", SE {d['se']:.3f}, t({d['t_df']}) {_fmt_p(d['p'])}")
-        + f"; F-test F = {d['F_test']['F']:.2f}, {_fmt_p(d['F_test']['p'])}; "
+        + ("" if d["se"] is None else f", SE {d['se']:.3f}, t({d['t_df']}) {p_text(d['p'])}")
+        + f"; F-test F = {d['F_test']['F']:.2f}, {p_text(d['F_test']['p'])}; "
         f"phi (base) {d['phi']:.3f}"
     )
     if doc["delta_phi_paper_form"] is not None:
         q = doc["delta_phi_paper_form"]
         lines.append(
-            f"  under the paper's form: delta phi = {q['estimate']:+.4f} (F-test {_fmt_p(q['F_test']['p'])})"
+            f"  under the paper's form: delta phi = {q['estimate']:+.4f} (F-test {p_text(q['F_test']['p'])})"
         )
     lines.append(
         f"separate fits (the paper's): phi {s['base_phi']:.3f} -> {s['variant_phi']:.3f}, delta "
@@ -249,7 +264,7 @@ def format_compare(doc: dict) -> str:
         lines.append(f"  C = {row['budget']:.3g}: {est}  ({row['n']} runs)")
     if doc["trend"] is not None:
         t = doc["trend"]
-        lines.append(f"{t['label']}: {t['estimate']:+.3f} (F = {t['F']:.2f}, {_fmt_p(t['p'])})")
+        lines.append(f"{t['label']}: {t['estimate']:+.3f} (F = {t['F']:.2f}, {p_text(t['p'])})")
     if doc["loss_change"]["matched"]:
         lines.append(f"loss change (variant - base): {loss_change_text(doc['loss_change'])}")
     shifts = doc["optimum_shift"]

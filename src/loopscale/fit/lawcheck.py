@@ -197,6 +197,8 @@ def predictive_f(refit: LawFit, rest: RunTable, held: RunTable) -> tuple[float |
     j_rest, j_held = j_rest / scale, j_held / scale
     cov = np.eye(len(held)) + j_held @ np.linalg.pinv(j_rest.T @ j_rest) @ j_held.T
     sigma2 = float((e_rest**2).sum()) / df_rest
+    if sigma2 <= 0:  # the refit passes through every run: no residual variance to test against
+        return None, df_rest
     stat = float(e_held @ np.linalg.solve(cov, e_held)) / len(held) / sigma2
     return stat, df_rest
 

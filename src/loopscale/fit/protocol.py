@@ -342,7 +342,7 @@ def law_check_lines(check: dict) -> list[str]:
         units = f" ({row['rmse_over_noise']:.1f}x noise)" if "rmse_over_noise" in row else ""
         lines.append(
             f"    C={row['budget']:.3g}: RMSE {row['rmse']:.4f}{units}, bias {row['bias']:+.4f}, "
-            f"p = {row['p']:.2g}"
+            "p = " + ("n/a (no residual variance)" if row["p"] is None else f"{row['p']:.2g}")
         )
     lines.append(
         f"  {'form':<13}{'extra':>26}{'phi0':>8}{'LR':>7}{'F':>7}{'p (F)':>9}{'AIC':>9}{'LOBO RMSE':>11}"

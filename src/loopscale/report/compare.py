@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from loopscale.fit.case_study import compare_arms, loss_change_text, to_json
+from loopscale.fit.case_study import compare_arms, loss_change_text, p_text, to_json
 from loopscale.fit.compare import PAPER_EFFECTS, make_arms
 from loopscale.fit.labels import flops_label
 from loopscale.fit.table import RunTable
@@ -51,9 +51,13 @@ def _section(doc: dict, figures: list[Path]) -> Section:
     blocks: list = [f"**{doc['verdict']}**"]
     items = [
         f"Shared-nuisance estimate ({d['form']} form, {d['n_runs']} runs): Δφ = {d['estimate']:+.3f} "
-        f"{_ci(d['ci'])} (estimate ± t({d['t_df']})·SE, SE {d['se']:.3f} from a random-effects bootstrap of "
-        f"{d.get('resamples', 0)} tables with error groups per arm; p = {d['p']:.2g}); F-test of Δφ = 0 "
-        f"(iid errors): F = {d['F_test']['F']:.2f}, p = {d['F_test']['p']:.2g}.",
+        + (
+            "(no interval: no bootstrap)"
+            if d["se"] is None
+            else f"{_ci(d['ci'])} (estimate ± t({d['t_df']})·SE, SE {d['se']:.3f} from a random-effects "
+            f"bootstrap of {d['resamples']} tables with error groups per arm; {p_text(d['p'])})"
+        )
+        + f"; F-test of Δφ = 0 (iid errors): F = {d['F_test']['F']:.2f}, {p_text(d['F_test']['p'])}.",
         f"The paper's estimate (each arm fitted on its own): φ {s['base_phi']:.3f} → {s['variant_phi']:.3f}, "
         f"Δφ = {s['estimate']:+.3f} {_ci(s['ci'])} (paired cell bootstrap)"
         + (
@@ -66,12 +70,12 @@ def _section(doc: dict, figures: list[Path]) -> Section:
     if doc["delta_phi_paper_form"] is not None:
         q = doc["delta_phi_paper_form"]
         items.append(
-            f"Under the paper's form instead: Δφ = {q['estimate']:+.3f} (F-test p = {q['F_test']['p']:.2g})."
+            f"Under the paper's form instead: Δφ = {q['estimate']:+.3f} (F-test {p_text(q['F_test']['p'])})."
         )
     if doc["trend"] is not None:
         t = doc["trend"]
         items.append(
-            f"Does the variant change the trend? {t['label']}: {t['estimate']:+.3f} (p = {t['p']:.2g})."
+            f"Does the variant change the trend? {t['label']}: {t['estimate']:+.3f} ({p_text(t['p'])})."
         )
     if doc["power"]:
         items.append(
