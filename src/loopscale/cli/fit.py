@@ -14,7 +14,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fit", help="fit the joint law (phi) or the Chinchilla law to a results table")
     p.add_argument("table", help="results table: .csv, .jsonl or .parquet (one row per run)")
     p.add_argument("--law", choices=["joint", "chinchilla"], default="joint")
-    p.add_argument("--fix-phi", type=float, help="fix phi at this value instead of fitting it")
+    p.add_argument(
+        "--fix-phi", type=float, help="fix phi at this value instead of fitting it (= --fix phi=X)"
+    )
+    p.add_argument(
+        "--fix",
+        action="append",
+        metavar="NAME=V[,NAME=V]",
+        help="hold parameters at these values: any of E, A, B, alpha, beta, phi (E, A, B in natural units), "
+        "e.g. --fix alpha=0.199,beta=0.369",
+    )
+    p.add_argument(
+        "--prior",
+        metavar="paper|FIT.json",
+        help="hold alpha, beta, E at the published joint fit (paper) or at a `fit --json` document's fit; "
+        "a document's bootstrap samples are resampled per bootstrap refit, so phi's CI carries them",
+    )
     p.add_argument("--restarts", type=int, default=500, help="random starts per fit (default 500)")
     p.add_argument(
         "--bootstrap", type=int, default=200, help="cell bootstrap resamples (0: none; default 200)"
@@ -151,6 +166,22 @@ def _check_fix_phi(fix_phi: float | None) -> None:
         raise UserError(f"--fix-phi must lie in [{LOWER[PHI]:g}, {UPPER[PHI]:g}], got {fix_phi}")
 
 
+def _held(args: argparse.Namespace):
+    """--fix and --prior → fit.priors.Held (or None); ``--fix phi=V`` becomes ``args.fix_phi`` = V, the one
+    code path of ``--fix-phi V``. Bad input: one-line UserError, before SciPy loads."""
+    from loopscale.errors import UserError
+    from loopscale.fit.priors import build_held, parse_fix
+
+    fix = parse_fix(args.fix)
+    if "phi" in fix:
+        if args.fix_phi is not None and args.fix_phi != fix["phi"]:
+            raise UserError(f"--fix phi={fix['phi']:g} disagrees with --fix-phi {args.fix_phi:g}; give one")
+        args.fix_phi = fix.pop("phi")
+    if (fix or args.prior) and args.law != "joint":
+        raise UserError("--fix and --prior hold parameters of the joint law; drop --law chinchilla")
+    return build_held(fix, args.prior, phi_fixed=args.fix_phi is not None)
+
+
 def _check_law_flags(args: argparse.Namespace) -> None:
     """--form, --noise, --check-resamples: refuse bad combinations before SciPy loads."""
     import math
@@ -181,6 +212,7 @@ def run_fit(args: argparse.Namespace) -> int:
     from loopscale.io import atomic_write_json, claim_folder
 
     _check_fit_counts(args, min_bootstrap=0)
+    held = _held(args)
     _check_fix_phi(args.fix_phi)
     _check_law_flags(args)
     _check_output_paths(args.json_out, args.plots)
@@ -209,6 +241,7 @@ def run_fit(args: argparse.Namespace) -> int:
         noise=args.noise,
         law_check=args.law_check,
         check_resamples=args.check_resamples,
+        held=held,
     )
     print(protocol.format())
     if args.json_out:

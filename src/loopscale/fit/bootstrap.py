@@ -17,8 +17,8 @@ import math
 import numpy as np
 
 from loopscale.errors import UserError
-from loopscale.fit.fitter import Box, LawFit, design_for, fit_many
-from loopscale.fit.law import PHI, Design, log_prediction, theta_to_coefficients
+from loopscale.fit.fitter import LawFit, design_for, fit_many
+from loopscale.fit.law import PARAM_LABELS, PARAMS, Design, log_prediction, theta_to_coefficients
 from loopscale.fit.table import RunTable
 
 CI_LEVEL = 0.95
@@ -86,11 +86,20 @@ def refit_weighted(
     seed: int,
     targets: np.ndarray | None = None,
     advance=None,
+    held_draws: dict[str, np.ndarray] | None = None,
 ) -> np.ndarray:
     """Refit ``fit``'s form (and extension) on each weight row [R, n] of ``table``, or on each table of log
-    losses ``targets`` [R, n] → θ [R, P], warm-started at ``fit``; ``advance(k)`` after each batch."""
+    losses ``targets`` [R, n] → θ [R, P], warm-started at ``fit``; ``advance(k)`` after each batch.
+
+    Parameters ``fit`` holds stay at its values, or with ``held_draws`` {θ name: [R]} at refit i's draw
+    (a prior resampled per refit, ``fit.priors``)."""
     plain = fit.form == "chinchilla"
-    box = Box.for_form(None if fit.form != "fixed_phi" else fit.theta[PHI], plain, fit.extension)
+    box = fit.box
+    fixed_rows = None
+    if held_draws:
+        fixed_rows = np.tile(fit.theta, (len(weights if weights is not None else targets), 1))
+        for name, values in held_draws.items():
+            fixed_rows[:, PARAMS.index(name)] = values
     design = design_for(table, plain, fit.extension, fit.ext_ref)
     rng = np.random.default_rng(seed)
     rows = weights if weights is not None else targets
@@ -108,6 +117,7 @@ def refit_weighted(
             polish_top=3,
             scipy_polish=False,
             targets=None if targets is None else targets[part],
+            fixed_rows=None if fixed_rows is None else fixed_rows[part],
         )
         thetas += [o.theta for o in optima]
         if advance is not None:
@@ -122,6 +132,17 @@ def coefficient_table(thetas: np.ndarray, plain: bool) -> dict[str, np.ndarray]:
     return {k: np.array([row[k] for row in rows]) for k in keys}
 
 
+def held_keys(fit: LawFit) -> set[str]:
+    """Coefficient keys of the parameters ``fit`` holds (e.g. "e" and "E"): they get no CI of their own."""
+    return {k for name in fit.held for k in (name, PARAM_LABELS[PARAMS.index(name)])}
+
+
+def interval_table(samples: dict[str, np.ndarray], fit: LawFit, level: float) -> dict[str, list[float]]:
+    """Percentile CIs of the bootstrap ``samples``, except for the parameters ``fit`` holds."""
+    held = held_keys(fit)
+    return {k: percentile_ci(v, level) for k, v in samples.items() if k not in held}
+
+
 def bootstrap_fit(
     fit: LawFit,
     table: RunTable,
@@ -130,15 +151,17 @@ def bootstrap_fit(
     seed: int = 0,
     level: float = CI_LEVEL,
     advance=None,
+    held_draws: dict[str, np.ndarray] | None = None,
 ) -> dict:
-    """Cell block bootstrap of ``fit`` on ``table``; ``advance(k)``: progress callback (k refits done).
+    """Cell block bootstrap of ``fit`` on ``table``; ``advance(k)``: progress callback (k refits done);
+    ``held_draws`` {θ name: [resamples]}: what each refit holds a held parameter at (``refit_weighted``).
 
     Returns {"samples": {coefficient: [R] values}, "ci": {coefficient: [lo, hi]}, "resamples", "cells", ...}.
     """
     if resamples < 2:
         raise UserError(f"bootstrap needs at least 2 resamples, got {resamples}")
     weights = resample_weights(table, resamples, seed, joint=fit.form == "joint")
-    thetas = refit_weighted(fit, table, weights, restarts, seed + 1, advance=advance)
+    thetas = refit_weighted(fit, table, weights, restarts, seed + 1, advance=advance, held_draws=held_draws)
     samples = coefficient_table(thetas, fit.form == "chinchilla")
     return {
         "resamples": resamples,
@@ -146,8 +169,9 @@ def bootstrap_fit(
         "restarts_per_refit": restarts,
         "warm_start": True,
         "level": level,
+        "held_resampled": sorted(held_draws or {}),
         "samples": samples,
-        "ci": {k: percentile_ci(v, level) for k, v in samples.items()},
+        "ci": interval_table(samples, fit, level),
     }
 
 
@@ -272,6 +296,7 @@ def random_effects_bootstrap(
     seed: int = 0,
     level: float = CI_LEVEL,
     advance=None,
+    held_draws: dict[str, np.ndarray] | None = None,
 ) -> dict:
     """Parametric bootstrap of ``fit`` under crossed random effects estimated from its own residuals.
 
@@ -279,7 +304,7 @@ def random_effects_bootstrap(
     and an iid term (``variance_components``); each resample is the fitted law plus fresh effects of those
     variances, refitted from the fit (warm start) plus ``restarts`` random starts. Returns {"method",
     "components" (standard deviations in log loss), "resamples", "level", "samples", "ci"} like
-    ``bootstrap_fit`` (samples and CIs of every coefficient).
+    ``bootstrap_fit`` (samples and CIs of every coefficient but the held ones; ``held_draws`` as there).
     """
     if resamples < 2:
         raise UserError(f"bootstrap needs at least 2 resamples, got {resamples}")
@@ -289,7 +314,9 @@ def random_effects_bootstrap(
     groups = effect_groups(table)
     components = variance_components(resid, groups, law_jacobian(fit, table))
     sims = simulate_tables(log_pred, groups, components, resamples, np.random.default_rng(seed))
-    thetas = refit_weighted(fit, table, None, restarts, seed + 1, targets=sims, advance=advance)
+    thetas = refit_weighted(
+        fit, table, None, restarts, seed + 1, targets=sims, advance=advance, held_draws=held_draws
+    )
     samples = coefficient_table(thetas, plain)
     return {
         "method": "random-effects parametric bootstrap: REML variance components of the log-loss residuals "
@@ -299,6 +326,7 @@ def random_effects_bootstrap(
         "resamples": resamples,
         "restarts_per_refit": restarts,
         "level": level,
+        "held_resampled": sorted(held_draws or {}),
         "samples": samples,
-        "ci": {k: percentile_ci(v, level) for k, v in samples.items()},
+        "ci": interval_table(samples, fit, level),
     }

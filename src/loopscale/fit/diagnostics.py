@@ -147,9 +147,19 @@ def diagnose(
         "phi_identified": identified,
         "reasons": reasons,
         "checks": checks,
-        "verdict": _verdict(main, joint, identified, phi_reasons, shape, bootstrap, profile),
+        "verdict": _held_clause(
+            main, _verdict(main, joint, identified, phi_reasons, shape, bootstrap, profile)
+        ),
         "objective_note": objective_note(forms if forms else {main.form: main}),
     }
+
+
+def _held_clause(main: LawFit, verdict: str) -> str:
+    """The verdict, saying which parameters were held (``--fix``/``--prior``): φ is conditional on them."""
+    if not main.held:
+        return verdict
+    held = _names([PARAM_LABELS[PARAMS.index(name)] for name in main.held])
+    return f"{verdict[:-1]} (given {held} held fixed, not fitted)."
 
 
 def _names(names: list[str]) -> str:

@@ -34,6 +34,8 @@ from loopscale.errors import UserError
 from loopscale.fit.law import (
     EXTENSIONS,
     LOWER,
+    PARAM_LABELS,
+    PARAMS,
     PHI,
     UPPER,
     Design,
@@ -45,6 +47,7 @@ from loopscale.fit.law import (
     objective_and_gradient,
     theta_to_coefficients,
 )
+from loopscale.fit.priors import MIN_RUNS, check_held, check_identifiable  # noqa: F401 - re-exported
 from loopscale.fit.table import RunTable
 
 BATCH_FTOL = 1e-10  # relative decrease per step below which a batched start counts as converged
@@ -81,13 +84,22 @@ class Box:
     upper: np.ndarray = dataclasses.field(default_factory=UPPER.copy)
 
     @classmethod
-    def for_form(cls, fix_phi: float | None, plain: bool = False, extension: str | None = None) -> Box:
+    def for_form(
+        cls,
+        fix_phi: float | None,
+        plain: bool = False,
+        extension: str | None = None,
+        held: dict[str, float] | None = None,
+    ) -> Box:
+        """The box of a form; ``held`` {θ name (``law.PARAMS``, not phi): θ value} holds more parameters."""
         lower, upper = extension_bounds(extension)
         free = np.ones(len(lower), dtype=bool)
         values = np.zeros(len(lower))
         if plain or fix_phi is not None:
             free[PHI] = False
             values[PHI] = 0.0 if fix_phi is None else fix_phi
+        for name, value in (held or {}).items():
+            free[PARAMS.index(name)], values[PARAMS.index(name)] = False, value
         return cls(free=free, fixed_values=values, lower=lower, upper=upper)
 
     def fixing(self, index: int, value: float) -> Box:
@@ -284,8 +296,12 @@ def fit_many(
     polish_top: int = 3,
     scipy_polish: bool = True,
     targets: np.ndarray | None = None,
+    fixed_rows: np.ndarray | None = None,
 ) -> list[Optimum]:
     """Fit one weight vector per row of ``weights`` [R, n] (None: one unweighted fit) → R optima.
+
+    ``fixed_rows`` [R, P]: per-fit values of the parameters the box holds (its non-free columns; the other
+    columns are ignored), e.g. a fresh prior draw per bootstrap refit; None: ``box.fixed_values``.
 
     ``targets`` [R, n]: one table of log losses per fit (simulated tables on the same runs) instead of
     the design's own; with ``weights`` None each of them is fitted unweighted.
@@ -297,11 +313,13 @@ def fit_many(
     ftol = 1e-15, gtol = 1e-12, keeping whichever is lower.
     """
     with single_blas_thread():
-        return _fit_many(design, box, weights, restarts, rng, extra_starts, polish_top, scipy_polish, targets)
+        return _fit_many(
+            design, box, weights, restarts, rng, extra_starts, polish_top, scipy_polish, targets, fixed_rows
+        )
 
 
 def _fit_many(
-    design, box, weights, restarts, rng, extra_starts, polish_top, scipy_polish, targets
+    design, box, weights, restarts, rng, extra_starts, polish_top, scipy_polish, targets, fixed_rows
 ) -> list[Optimum]:
     n_targets = 1 if targets is None else len(targets)
     w_rows = (
@@ -318,6 +336,9 @@ def _fit_many(
     for lo in range(0, n_fits, fits_per_chunk):
         chunk = w_rows[lo : lo + fits_per_chunk]
         starts = np.concatenate([np.concatenate([box.starts(rng, restarts), extra]) for _ in chunk])
+        if fixed_rows is not None:  # the optimiser never moves a held column: its start value is the fit's
+            held = ~box.free
+            starts[:, held] = np.repeat(fixed_rows[lo : lo + len(chunk)], per_fit, axis=0)[:, held]
         chunk_targets = None
         if t_rows is not None:
             chunk_targets = np.repeat(t_rows[lo : lo + fits_per_chunk], per_fit, axis=0)
@@ -383,9 +404,6 @@ def _distinct_best(ends: np.ndarray, values: np.ndarray, count: int) -> list[np.
     return chosen
 
 
-MIN_RUNS = 6
-
-
 @dataclass(frozen=True)
 class LawFit:
     """One fitted law: coefficients, the objective it reached and how well it fits (losses in nats)."""
@@ -400,6 +418,7 @@ class LawFit:
     starts_at_optimum: int
     extension: str | None = None  # a one-parameter extension of the law (law.EXTENSIONS); None: the paper's
     ext_ref: float | None = None  # centre of the extension's covariate (log10 C_ref or log10 N_ref)
+    held: tuple[str, ...] = ()  # θ names (law.PARAMS, not phi) held at their value in theta (--fix, --prior)
 
     @property
     def law_form(self) -> str:
@@ -408,10 +427,17 @@ class LawFit:
 
     @property
     def free(self) -> np.ndarray:
-        """Which parameters this form fitted (φ only for the joint form; ext for an extension)."""
+        """Which parameters this form fitted (φ only for the joint form, ext for an extension, not held)."""
         free = np.ones(len(self.theta), dtype=bool)
         free[PHI] = self.form == "joint"
+        free[[PARAMS.index(name) for name in self.held]] = False
         return free
+
+    @property
+    def box(self) -> Box:
+        """The box this fit was made in, its held parameters (φ of a fixed form too) at their values."""
+        lower, upper = extension_bounds(self.extension)
+        return Box(free=self.free, fixed_values=self.theta.copy(), lower=lower, upper=upper)
 
     @property
     def at_bound(self) -> list[str]:
@@ -482,6 +508,7 @@ class LawFit:
             "restarts": self.restarts,
             "starts_at_optimum": self.starts_at_optimum,
             "at_bound": self.at_bound,
+            "held": [PARAM_LABELS[PARAMS.index(name)] for name in self.held],
         }
 
 
@@ -497,40 +524,6 @@ def design_for(
         return design
     z = extension_covariate(extension, table.n_once, table.n_rec, table.r, table.budget, ext_ref)
     return dataclasses.replace(design, ext_z=z[None, :], ext_target=(EXTENSIONS[extension].target,))
-
-
-def check_identifiable(table: RunTable, form: str, fix_phi: float | None) -> None:
-    """Refuse fits whose parameters the table cannot determine (one-line UserError)."""
-    n_free = 5 if form == "chinchilla" or fix_phi is not None else 6
-    need = max(MIN_RUNS, n_free + 1)
-    if len(table) < need:
-        raise UserError(f"only {len(table)} usable run(s); the {form} law needs at least {need}")
-    rs = sorted(set(table.r.tolist()))
-    if form == "chinchilla" and len(rs) > 1:
-        raise UserError(
-            f"the plain Chinchilla law is for one architecture but the table has r = {rs}; "
-            "use the joint law (it also reports per-r fits) or filter the table to one r"
-        )
-    if form == "joint" and fix_phi is None and (len(rs) < 2 or not np.any(table.n_rec[table.r > 1] > 0)):
-        raise UserError(
-            f"phi is unidentifiable: every run has r = {rs[0]}; add runs with other loop counts "
-            "or fit the plain Chinchilla law (--law chinchilla)"
-        )
-    if table.has_budget:
-        if len(set(table.budget.tolist())) < 2:
-            raise UserError(
-                f"beta is unidentifiable: all runs share one budget ({table.budget[0]:.3g} FLOPs); "
-                "add runs at other budgets"
-            )
-    else:
-        log_n, log_d = np.log(table.n), np.log(table.tokens)
-        design = np.column_stack([np.ones(len(table)), log_n])
-        resid = log_d - design @ np.linalg.lstsq(design, log_d, rcond=None)[0]
-        if np.abs(resid).max() < 1e-9 * max(1.0, np.abs(log_d).max()):
-            raise UserError(
-                "beta is unidentifiable: tokens are a fixed power of N (all runs at one compute "
-                "budget); add runs at other budgets"
-            )
 
 
 def r_squared(observed: np.ndarray, predicted: np.ndarray) -> float:
@@ -550,12 +543,14 @@ def fit_law(
     extension: str | None = None,
     ext_ref: float | None = None,
     warm: LawFit | None = None,
+    held: dict[str, float] | None = None,
 ) -> LawFit:
     """Fit the joint law (φ free, or fixed at ``fix_phi``) or the plain law (``form="chinchilla"``).
 
     Best of ``restarts`` seeded uniform start points in the box of method §8.3, polished to tight tolerances.
     ``extension``: one of ``law.EXTENSIONS`` (joint law only), its covariate centred at ``ext_ref`` (default:
-    the table's centre); ``warm``: a fit of the same table whose θ (ext = 0 appended) is one more start.
+    the table's centre); ``warm``: a fit of the same table whose θ (ext = 0 appended) is one more start;
+    ``held``: {θ name: θ value} of parameters held fixed (a, b, e, alpha, beta; ``fit.priors`` parses them).
     """
     if extension is not None and extension not in EXTENSIONS:
         raise UserError(f"unknown law form {extension!r}; use one of: paper, {', '.join(EXTENSIONS)}")
@@ -571,11 +566,12 @@ def fit_law(
         raise UserError("the plain Chinchilla law has no phi to fix; use the joint law with --fix-phi")
     if fix_phi is not None and not LOWER[PHI] <= fix_phi <= UPPER[PHI]:
         raise UserError(f"fixed phi must lie in [{LOWER[PHI]:g}, {UPPER[PHI]:g}], got {fix_phi}")
-    check_identifiable(table, form, fix_phi)
+    held = check_held(held)
+    check_identifiable(table, form, fix_phi, tuple(held))
     plain = form == "chinchilla"
     if extension is not None and ext_ref is None:
         ext_ref = extension_reference(extension, table.n_once, table.n_rec, table.r, table.budget)
-    box = Box.for_form(fix_phi, plain=plain, extension=extension)
+    box = Box.for_form(fix_phi, plain=plain, extension=extension, held=held)
     extra = None
     if warm is not None:
         extra = np.zeros(len(box.lower))
@@ -595,5 +591,6 @@ def fit_law(
         starts_at_optimum=opt.starts_at_optimum,
         extension=extension,
         ext_ref=ext_ref,
+        held=tuple(name for name in PARAMS if name in held),
     )
     return dataclasses.replace(law_fit, r2=r_squared(table.loss, law_fit.predict_table(table)))

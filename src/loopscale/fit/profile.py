@@ -67,27 +67,28 @@ METHOD = (
 )
 
 
-def _free_without_phi() -> np.ndarray:
-    free = np.ones(len(PARAMS), dtype=bool)
-    free[PHI] = False
-    return free
-
-
 def _refit_at(
-    design: Design, phis: np.ndarray, warm: list[np.ndarray], rng: np.random.Generator, restarts: int
+    design: Design,
+    phis: np.ndarray,
+    warm: list[np.ndarray],
+    rng: np.random.Generator,
+    restarts: int,
+    box: Box,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Refit the five other parameters at each fixed φ → (θ [K, 6], objective [K]).
+    """Refit the other free parameters of ``box`` at each fixed φ → (θ [K, 6], objective [K]).
 
     ``warm[k]`` [m, 6] are start points for φ = phis[k] (their φ is replaced); ``restarts`` uniform ones
-    are added. All starts of all points descend together; the best two distinct end points of each point
-    are then refined (``REFINE_FTOL``).
+    are added; parameters the box holds (``--fix``, ``--prior``) stay at its values. All starts of all
+    points descend together; the best two distinct end points of each point are then refined
+    (``REFINE_FTOL``).
     """
-    free = _free_without_phi()
+    free = box.fixing(PHI, 0.0).free
     starts, owner = [], []
     for k, phi in enumerate(phis):
         w = np.atleast_2d(np.asarray(warm[k], dtype=float)).copy()
         rnd = LOWER + (UPPER - LOWER) * rng.random((restarts, len(PARAMS)))
         s = np.clip(np.concatenate([w, rnd]), LOWER, UPPER)
+        s[:, ~box.free] = box.fixed_values[~box.free]
         s[:, PHI] = phi
         starts.append(s)
         owner += [k] * len(s)
@@ -120,8 +121,8 @@ def _refit_at(
 class _Profile:
     """The grid points refitted so far (kept sorted by φ)."""
 
-    def __init__(self, design: Design, rng: np.random.Generator, restarts: int, warm: np.ndarray):
-        self.design, self.rng, self.restarts, self.warm = design, rng, restarts, warm
+    def __init__(self, design: Design, rng: np.random.Generator, restarts: int, warm: np.ndarray, box: Box):
+        self.design, self.rng, self.restarts, self.warm, self.box = design, rng, restarts, warm, box
         self.phi = np.empty(0)
         self.theta = np.empty((0, len(PARAMS)))
         self.objective = np.empty(0)
@@ -142,7 +143,7 @@ class _Profile:
             if extra_warm is not None:
                 w.append(extra_warm[k])
             warm.append(np.concatenate(w))
-        thetas, objective = _refit_at(self.design, phis, warm, self.rng, self.restarts)
+        thetas, objective = _refit_at(self.design, phis, warm, self.rng, self.restarts, self.box)
         order = np.argsort(np.concatenate([self.phi, phis]))
         self.phi = np.concatenate([self.phi, phis])[order]
         self.theta = np.concatenate([self.theta, thetas])[order]
@@ -156,7 +157,7 @@ class _Profile:
             if idx.size == 0:
                 break
             warm = [self.theta[[j for j in (i - 1, i + 1) if 0 <= j < self.phi.size]] for i in idx]
-            thetas, objective = _refit_at(self.design, self.phi[idx], warm, self.rng, 0)
+            thetas, objective = _refit_at(self.design, self.phi[idx], warm, self.rng, 0, self.box)
             better = objective < self.objective[idx] * (1 - IMPROVE_REL)
             won = idx[better]
             self.theta[won], self.objective[won] = thetas[better], objective[better]
@@ -170,8 +171,10 @@ class _Profile:
         return len(self.design) * np.log(rss / max(rss_min, floor))
 
 
-def _free_ls_fit(design: Design, warm: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, float]:
-    opt = fit_many(design, Box.for_form(None), None, LS_RESTARTS, rng, extra_starts=warm, scipy_polish=False)
+def _free_ls_fit(
+    design: Design, warm: np.ndarray, rng: np.random.Generator, box: Box
+) -> tuple[np.ndarray, float]:
+    opt = fit_many(design, box, None, LS_RESTARTS, rng, extra_starts=warm, scipy_polish=False)
     return opt[0].theta, opt[0].objective
 
 
@@ -188,7 +191,8 @@ def profile_phi(
     """The profile-likelihood interval for φ of the joint law on ``table`` (see the module docstring).
 
     ``fits`` are joint-law fits of the same table (the φ-free one first; φ = 0, φ = 1 …) used as warm
-    starts; ``bootstrap_ci`` is the bootstrap's φ CI to compare with. Returns the document of
+    starts (parameters the φ-free fit holds, ``LawFit.held``, stay held at its values in every refit);
+    ``bootstrap_ci`` is the bootstrap's φ CI to compare with. Returns the document of
     ``Protocol.profile``: method, phi (grid), objective (½·RSS of the least-squares refit at each φ),
     deviance, threshold, level, interval [lo, hi] (None for an open end), open [lo, hi], phi_hat (the
     least-squares φ), rss_min, n_runs, disjoint, agrees_with_bootstrap, disagreement.
@@ -201,8 +205,11 @@ def _profile_phi(table, fits, bootstrap_ci, restarts, points, seed, level) -> di
     design = dataclasses.replace(design_for(table, plain=False), delta=math.inf)
     rng = np.random.default_rng(seed + 7919)
     warm = np.stack([f.theta for f in fits])
-    theta_ls, f_ls = _free_ls_fit(design, warm, rng)
-    prof = _Profile(design, rng, restarts, np.concatenate([theta_ls[None, :], warm]))
+    free = fits[0].free.copy()
+    free[PHI] = True  # the free least-squares fit's box; the grid refits fix φ in it
+    box = Box(free=free, fixed_values=fits[0].theta.copy())
+    theta_ls, f_ls = _free_ls_fit(design, warm, rng, box)
+    prof = _Profile(design, rng, restarts, np.concatenate([theta_ls[None, :], warm]), box)
     grid = np.linspace(LOWER[PHI], UPPER[PHI], points)
     prof.add(np.concatenate([grid, [theta_ls[PHI]], [f.theta[PHI] for f in fits]]))
     prof.smooth()

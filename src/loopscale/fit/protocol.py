@@ -31,7 +31,9 @@ from loopscale.fit.diagnostics import diagnose
 from loopscale.fit.fitter import LawFit, fit_law
 from loopscale.fit.law import EXTENSIONS, FORMS, HUBER_DELTA, LOWER, PHI, UPPER
 from loopscale.fit.lawcheck import check_law
+from loopscale.fit.priors import Held, fixed_lines, fixed_settings
 from loopscale.fit.profile import profile_phi
+from loopscale.fit.protocol_text import _ci_text, law_check_lines
 from loopscale.fit.table import RunTable
 from loopscale.fit.template import PAPER_SOURCE, template_mismatch
 from loopscale.progress import progress_bar
@@ -184,6 +186,7 @@ class Protocol:
             )
         if self.diagnostics.get("objective_note"):
             lines.append(f"objective vs R2: {self.diagnostics['objective_note']}")
+        lines += fixed_lines(self.settings.get("fixed") or {}, self.settings.get("prior"))
         phi_line = self.phi_intervals_line()
         if phi_line:
             lines += ["", phi_line]
@@ -308,72 +311,6 @@ class Protocol:
         return rows
 
 
-def _ci_text(ci: list | None) -> str:
-    return "" if not ci else f" [{ci[0]:.3f}, {ci[1]:.3f}]"
-
-
-def law_check_lines(check: dict) -> list[str]:
-    """The law check as text: noise, lack of fit, leave-one-budget-out, extensions, halves, decomposition."""
-    noise = check["noise"]
-    lines = [
-        f"law check (verdict: {check['verdict']}; {check['tests']} tests, each at "
-        f"p < {check['threshold']:.2g}):"
-    ]
-    if noise["source"] == "replicates":
-        lines.append(
-            f"  noise: seed sd {noise['sigma']:.4f} nats from {noise['replicated_runs']} replicated runs "
-            f"({noise['df']} df, 95% CI [{noise['ci'][0]:.4f}, {noise['ci'][1]:.4f}])"
-        )
-    elif noise["source"] == "--noise":
-        lines.append(f"  noise: {noise['sigma']:.4f} nats as stated (--noise)")
-    else:
-        lines.append("  noise: unknown (no replicate seeds, no --noise): lack of fit untestable")
-    lof = check.get("lack_of_fit")
-    if lof:
-        lines.append(
-            f"  lack of fit: RMSE {lof['rmse']:.4f} nats = {lof['rmse'] / lof['sigma']:.1f}x the noise; "
-            f"{lof['test']} = {lof['statistic']:.2f} on {lof['df']} df, p = {lof['p']:.2g}"
-        )
-    lines.append("  leave one budget out (fit the others, predict it; nats):")
-    for row in check["leave_one_budget_out"]:
-        if "rmse" not in row:
-            lines.append(f"    C={row['budget']:.3g}: {row['error']}")
-            continue
-        units = f" ({row['rmse_over_noise']:.1f}x noise)" if "rmse_over_noise" in row else ""
-        lines.append(
-            f"    C={row['budget']:.3g}: RMSE {row['rmse']:.4f}{units}, bias {row['bias']:+.4f}, "
-            "p = " + ("n/a (no residual variance)" if row["p"] is None else f"{row['p']:.2g}")
-        )
-    lines.append(
-        f"  {'form':<13}{'extra':>26}{'phi0':>8}{'LR':>7}{'F':>7}{'p (F)':>9}{'AIC':>9}{'LOBO RMSE':>11}"
-    )
-    paper_lobo = check.get("paper_lobo_rmse")
-    lines.append(f"  {'paper':<13}{'':>26}{'':>8}{'':>7}{'':>7}{'':>9}{'':>9}{_num(paper_lobo):>11}")
-    for ext in check["extensions"]:
-        extra = f"{ext['estimate']:+.3f}{_ci_text(ext.get('ci'))}"
-        lines.append(
-            f"  {ext['form']:<13}{extra:>26}{ext['phi0']:8.3f}{ext['lr']:7.1f}{ext['F']:7.1f}{ext['p']:9.2g}"
-            f"{ext['aic']:9.1f}{_num(ext['lobo_rmse']):>11}"
-        )
-    halves = check.get("halves") or {}
-    if halves:
-        lines.append(
-            "  phi per half of the budgets: "
-            + ", ".join(
-                f"{k} {v['phi']:.3f}{_ci_text(v.get('ci'))}"
-                for k, v in halves.items()
-                if v["phi"] is not None
-            )
-        )
-    shares = ", ".join(f"{k} {100 * v:.1f}%" for k, v in check["decomposition"].items())
-    lines.append(f"  residual sum of squares explained by group means: {shares}")
-    return lines
-
-
-def _num(x: float | None) -> str:
-    return "-" if x is None else f"{x:.4f}"
-
-
 def run_protocol(
     table: RunTable,
     *,
@@ -392,6 +329,7 @@ def run_protocol(
     noise: float | None = None,
     law_check: bool = True,
     check_resamples: int | None = None,
+    held: Held | None = None,
 ) -> Protocol:
     """Run the method §8 protocol on ``table`` (see the module docstring); ``bootstrap=0``: no bootstrap.
 
@@ -408,6 +346,9 @@ def run_protocol(
     runs (``fit.lawcheck``; ``noise`` in nats where the table has no replicate seeds, ``check_resamples``
     for its CIs: default min(100, ``bootstrap``)). The reported CIs (``ci``) come from the random-effects
     bootstrap of the main fit; the cell bootstrap and the profile stay beside them.
+
+    ``held`` (``fit.priors.build_held``: ``--fix``, ``--prior``) holds parameters in every fit, refit and
+    profile point; a prior with samples is resampled per bootstrap refit. The law check is then skipped.
     """
     if split not in ("paper", "ls"):
         raise UserError(f"unknown split {split!r}; use 'paper' or 'ls'")
@@ -419,6 +360,7 @@ def run_protocol(
     if noise is not None and not (math.isfinite(noise) and noise > 0):
         raise UserError(f"--noise must be a positive number of nats, got {noise}")
     notes: list[str] = []
+    hold = held.theta if held is not None else {}
     template = flops_model or paper_template()
     template_source = template_source or ("the given model config" if flops_model else PAPER_SOURCE)
     mismatch = template_mismatch(table, template)
@@ -432,7 +374,7 @@ def run_protocol(
     with progress_bar(n_fits, "fits", "fit") as advance:
         paper_joint = None
         if extension is not None:
-            paper_joint = fit_law(table, restarts=restarts, seed=seed)
+            paper_joint = fit_law(table, restarts=restarts, seed=seed, held=hold)
             advance(1)
         main = fit_law(
             table,
@@ -442,40 +384,41 @@ def run_protocol(
             seed=seed,
             extension=extension,
             warm=paper_joint,
+            held=hold,
         )
         advance(1)
         if law == "joint":
             if fix_phi is None and extension is None:
                 forms["joint"] = main
             else:
-                forms["joint"] = paper_joint or fit_law(table, restarts=restarts, seed=seed)
+                forms["joint"] = paper_joint or fit_law(table, restarts=restarts, seed=seed, held=hold)
             for phi in restricted:
                 key = f"phi={phi:g}"
                 forms[key] = (
-                    main if phi == fix_phi else fit_law(table, fix_phi=phi, restarts=restarts, seed=seed)
+                    main
+                    if phi == fix_phi
+                    else fit_law(table, fix_phi=phi, restarts=restarts, seed=seed, held=hold)
                 )
                 advance(1)
             for r in rs:
                 try:
                     per_r[str(r)] = fit_law(
-                        table.subset(table.r == r), form="chinchilla", restarts=restarts, seed=seed
+                        table.subset(table.r == r), form="chinchilla", restarts=restarts, seed=seed, held=hold
                     )
                 except UserError as exc:
                     notes.append(f"no per-r fit for r={r}: {exc}")
                 advance(1)
-        halves = _budget_halves(table, law, fix_phi, restarts, seed, notes)
+        halves = _budget_halves(table, law, fix_phi, restarts, seed, notes, hold)
         advance(2)
     boot = interval = None
+    draws = None if held is None else held.theta_draws(bootstrap)
+    refits = dict(resamples=bootstrap, restarts=bootstrap_restarts, seed=seed, held_draws=draws)
     if bootstrap:
         with progress_bar(bootstrap, "cell bootstrap", "refit") as advance:
-            boot = bootstrap_fit(
-                main, table, resamples=bootstrap, restarts=bootstrap_restarts, seed=seed, advance=advance
-            )
+            boot = bootstrap_fit(main, table, advance=advance, **refits)
         if main.form == "joint":
             with progress_bar(bootstrap, "random-effects bootstrap", "refit") as advance:
-                interval = random_effects_bootstrap(
-                    main, table, resamples=bootstrap, restarts=bootstrap_restarts, seed=seed, advance=advance
-                )
+                interval = random_effects_bootstrap(main, table, advance=advance, **refits)
     prof = None
     if law == "joint" and profile:
         primary = boot if main.at_bound else (interval or boot)  # the interval ``ci.phi`` will report
@@ -491,7 +434,12 @@ def run_protocol(
             "profile interval"
         )
     check = None
-    if law == "joint" and law_check:
+    if law_check and hold:
+        notes.append(
+            "no law check: it refits E, A, B, alpha and beta freely, which this table cannot support "
+            "with parameters held (--fix/--prior)"
+        )
+    elif law == "joint" and law_check:
         with progress_bar(6, "law check", "step") as advance:
             check = check_law(
                 table,
@@ -549,6 +497,8 @@ def run_protocol(
         "split": split,
         "huber_delta": HUBER_DELTA,
         "profile": bool(profile and law == "joint"),
+        "fixed": fixed_settings(held, fix_phi),
+        "prior": None if held is None else held.prior,
         "template": {
             "source": template_source,
             "matches_table": None if not np.all(np.isfinite(table.width)) else mismatch is None,
@@ -598,7 +548,7 @@ def loops_worth(fit: LawFit, rs: list[int], budgets: list[float]) -> list[dict]:
     return rows
 
 
-def _budget_halves(table, law, fix_phi, restarts, seed, notes) -> dict[str, LawFit]:
+def _budget_halves(table, law, fix_phi, restarts, seed, notes, held=None) -> dict[str, LawFit]:
     """Refits on the lower and upper halves of the sorted budgets (an odd middle budget goes to "high")."""
     if not table.has_budget:
         return {}
@@ -610,7 +560,7 @@ def _budget_halves(table, law, fix_phi, restarts, seed, notes) -> dict[str, LawF
     for name, mask in table.budget_halves().items():
         try:
             halves[name] = fit_law(
-                table.subset(mask), form=law, fix_phi=fix_phi, restarts=restarts, seed=seed
+                table.subset(mask), form=law, fix_phi=fix_phi, restarts=restarts, seed=seed, held=held
             )
         except UserError as exc:
             notes.append(f"no {name}-half refit: {exc}")
