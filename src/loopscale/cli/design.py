@@ -36,6 +36,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "results table (.csv/.jsonl/.parquet) fitted first",
     )
     p.add_argument(
+        "--hold",
+        nargs="+",
+        metavar="NAME",
+        help="parameters (E, A, B, alpha, beta) the fit will hold at the prior's values, as `fit --fix` or "
+        "`fit --prior` does: the design measures phi given them (e.g. a size ladder: --hold alpha beta E)",
+    )
+    p.add_argument(
         "--sigma",
         type=float,
         help="noise of a run's final loss in nats (default: from the fit, or 0.01 for the paper prior)",

@@ -131,9 +131,11 @@ def candidates_from_spec(
     budgets: list[float] | None = None,
     rs: list[int] | None = None,
     widths: list[int] | None = None,
+    beta_held: bool = False,
 ) -> Candidates:
     """The candidate space of a reference sweep's group: its budgets × its widths per budget × its r,
-    optionally restricted to ``budgets`` and ``rs`` or with ``widths`` (d_model) at every budget.
+    optionally restricted to ``budgets`` and ``rs`` or with ``widths`` (d_model) at every budget. One
+    budget is refused unless ``beta_held`` (``design --hold beta``: β is then not fitted).
 
     A budget the reference does not hold is a new iso-FLOP curve: it takes ``widths`` when given, else, inside
     the reference's budget range, the union of the widths of the two reference budgets that enclose it (where
@@ -152,8 +154,10 @@ def candidates_from_spec(
         chosen_rs = sorted(set(rs))
     if len(chosen_rs) < 2:
         raise UserError(f"phi needs at least two loop counts r, got {chosen_rs}")
-    if len(grid) < 2:
-        raise UserError("a design needs at least two budgets (beta is unidentifiable at one)")
+    if len(grid) < 2 and not beta_held:
+        raise UserError(
+            "a design needs at least two budgets (beta is unidentifiable at one), or beta held (--hold beta)"
+        )
     # replace re-validates the group and each of its cells (a NaN/inf or non-positive budget, a repeated
     # width) before the planner names runs after them
     group_spec = replace(

@@ -25,10 +25,7 @@ def delta_phi_se(info: Information, weights: np.ndarray, shared: np.ndarray) -> 
     cov = info.covariance(weights)
     if not np.isfinite(cov).all():
         return math.inf
-    h, _ = info.matrices(weights)
-    _, v_shared = info.matrices(weights * shared)
-    h_inv = np.linalg.inv(h)
-    cross = (h_inv @ v_shared @ h_inv)[PHI, PHI]
+    cross = info.sandwich(weights, weights * shared)[PHI, PHI]
     return float(math.sqrt(max(2 * cov[PHI, PHI] - 2 * cross, 0.0)))
 
 

@@ -99,6 +99,11 @@ def format_design(doc: dict) -> str:
     lines = [
         f"prior: {prior['source']}: phi {prior['phi']:.4g}, alpha {prior['alpha']:.4g}, "
         f"beta {prior['beta']:.4g}, E {prior['E']:.4g}; sigma {prior['sigma']:.4g} nats",
+        *(
+            [f"held at the prior's values in every fit (known exactly, no CI): {', '.join(doc['held'])}"]
+            if doc["held"]
+            else []
+        ),
         "",
         f"{'':<12}{'runs':>6}{'FLOPs':>11}{'share':>7}{'est. wall':>13}  predicted 95% CI width "
         f"{'phi':>7}{'alpha':>7}{'beta':>7}{'E':>7}   realised phi (coverage)",
@@ -107,14 +112,14 @@ def format_design(doc: dict) -> str:
         wall = "-" if row["est_seconds"] is None else format_seconds(row["est_seconds"])
         if row is des and row["est_seconds"] is not None and ref["est_seconds"]:
             wall += f" ({row['est_seconds'] / ref['est_seconds']:.0%})"
-        pred = row["predicted_ci"]
+        pred = {k: "held" if k in doc["held"] else f"{v:.4f}" for k, v in row["predicted_ci"].items()}
         real = row.get("realised")
         real_text = (
             f"{real['ci_width']['phi']:.4f} ({100 * real['coverage']:.0f}% of {real['k']})" if real else "-"
         )
         lines.append(
             f"{name:<12}{row['runs']:>6}{row['flops']:>11.3e}{row['flops'] / ref['flops']:>7.1%}{wall:>13}"
-            f"{'':>24}{pred['phi']:>7.4f}{pred['alpha']:>7.4f}{pred['beta']:>7.4f}{pred['E']:>7.4f}"
+            f"{'':>24}{pred['phi']:>7}{pred['alpha']:>7}{pred['beta']:>7}{pred['E']:>7}"
             f"   {real_text}"
         )
     lines.append(f"reference: {ref['label']}; design: {des['label']} ({len(des['cells'])} cells)")

@@ -35,12 +35,15 @@ from loopscale.design.search import (
 )
 from loopscale.design.simulation import Realisation, simulate, simulate_in_loop
 from loopscale.errors import UserError
+from loopscale.fit.law import PARAMS
+from loopscale.fit.priors import LABEL_TO_THETA
 from loopscale.fit.table import load_table
 from loopscale.sweep.collect import collect_rows
 from loopscale.sweep.plan import PlannedRun, WallEstimate, default_layout, plan_sweep
 from loopscale.sweep.spec import SweepSpec
 
 TARGETS = ("target_ci", "flop_cap", "flop_fraction", "wall_cap", "wall_fraction")
+HOLDABLE = ("E", "A", "B", "alpha", "beta")  # φ is what a design measures: never held
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ class DesignSettings:
     delta_phi: float = 0.1
     target_power: float = 0.8
     simulate_power: int = 0
+    hold: list[str] | None = None  # E, A, B, alpha, beta: held at the prior's values in every fit
     seed: int = 0
     workers: int | None = None
 
@@ -106,11 +110,26 @@ class DesignSettings:
             raise UserError("--replicates, --workers and --sim-rounds must be >= 1 and --simulate >= 0")
         if not 0 < self.target_power < 1:
             raise UserError(f"--target-power must lie in (0, 1), got {self.target_power}")
+        unknown = sorted(set(self.hold or []) - set(HOLDABLE))
+        if unknown:
+            raise UserError(f"--hold: cannot hold {unknown[0]!r}; use any of {', '.join(HOLDABLE)}")
+        if self.hold and self.simulate_power:
+            raise UserError("--simulate-power fits both arms with every parameter free: drop --hold")
+
+    @property
+    def held(self) -> tuple[int, ...]:
+        """θ indices (``law.PARAMS``) of the parameters ``--hold`` names."""
+        return tuple(sorted(PARAMS.index(LABEL_TO_THETA[name]) for name in set(self.hold or [])))
 
     @property
     def restrict(self) -> dict:
-        """The candidate space as given (None: the reference's own)."""
-        return {"budgets": self.budgets, "rs": self.rs, "widths": self.widths}
+        """The candidate space as given (None: the reference's own) and whether β is held."""
+        return {
+            "budgets": self.budgets,
+            "rs": self.rs,
+            "widths": self.widths,
+            "beta_held": "beta" in (self.hold or []),
+        }
 
     @property
     def constraints(self) -> Constraints:
@@ -174,8 +193,8 @@ def make_design(
             )
         cands = cands.with_cost(shares)
         ref_cands = cands if partial is not None else ref_cands.with_cost(ref_shares)
-    info = Information.build(prior, cands)
-    ref_info = Information.build(prior, ref_cands) if ref_cands is not cands else info
+    info = Information.build(prior, cands, settings.held)
+    ref_info = Information.build(prior, ref_cands, settings.held) if ref_cands is not cands else info
     ref_design = (
         RunDesign(np.arange(len(ref_cands.runs)), len(reference.seeds), f"reference ({ref_label})")
         if partial is None
@@ -288,6 +307,7 @@ def make_design(
         }
     return {
         "prior": prior.to_dict(),
+        "held": sorted(set(settings.hold or [])),
         "reference": ref_label,
         # the candidate space as given (None: the reference's own), which the run indices point into
         "candidate_space": {"group": settings.group, **settings.restrict},

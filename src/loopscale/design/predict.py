@@ -64,33 +64,52 @@ def huber_moments(scale: np.ndarray, delta: float = HUBER_DELTA) -> tuple[np.nda
 
 @dataclass(frozen=True)
 class Information:
-    """Per-run pieces of the sandwich covariance of the Huber fit under a prior (see the module docstring)."""
+    """Per-run pieces of the sandwich covariance of the Huber fit under a prior (see the module docstring).
+
+    ``held``: θ indices the fit holds at the prior's values (``design --hold``, as ``fit --fix`` would): they
+    are known exactly, so the covariance is that of the free block and a held parameter's CI width is 0."""
 
     jac: np.ndarray  # [n, 6] ∂ log L̂ / ∂θ
     bread: np.ndarray  # [n] E ψ'(ε)
     meat: np.ndarray  # [n] E ψ(ε)²
     loss: np.ndarray  # [n] the prior's noise-free loss (nats)
     theta: np.ndarray
+    held: tuple[int, ...] = ()
 
     @classmethod
-    def build(cls, prior: Prior, cands: Candidates) -> Information:
+    def build(cls, prior: Prior, cands: Candidates, held: tuple[int, ...] = ()) -> Information:
         cols = cands.columns()
         loss = prior.loss(**cols)
         bread, meat = huber_moments(prior.sigma / loss)
-        return cls(log_loss_jacobian(prior.theta, **cols), bread, meat, loss, prior.theta)
+        return cls(log_loss_jacobian(prior.theta, **cols), bread, meat, loss, prior.theta, tuple(held))
+
+    @property
+    def free(self) -> np.ndarray:
+        """Indices of the fitted (not held) parameters."""
+        return np.array([i for i in range(len(PARAMS)) if i not in self.held])
 
     def matrices(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(H, V) for run weights [n] (how often each run is in the design)."""
-        jw = self.jac * weights[:, None]
-        return (jw * self.bread[:, None]).T @ self.jac, (jw * self.meat[:, None]).T @ self.jac
+        """(H, V) of the free parameters for run weights [n] (how often each run is in the design)."""
+        jac = self.jac[:, self.free]
+        jw = jac * weights[:, None]
+        return (jw * self.bread[:, None]).T @ jac, (jw * self.meat[:, None]).T @ jac
+
+    def sandwich(self, weights: np.ndarray, meat_weights: np.ndarray | None = None) -> np.ndarray:
+        """H⁻¹·V·H⁻¹ [6, 6] (held rows and columns 0), V from ``meat_weights`` (default ``weights``);
+        infinite when the design cannot identify the free parameters."""
+        h, v = self.matrices(weights)
+        if meat_weights is not None:
+            _, v = self.matrices(meat_weights)
+        out = np.zeros((len(PARAMS), len(PARAMS)))
+        if np.linalg.cond(h) > 1e13:
+            return np.full_like(out, np.inf)
+        h_inv = np.linalg.inv(h)
+        out[np.ix_(self.free, self.free)] = h_inv @ v @ h_inv
+        return out
 
     def covariance(self, weights: np.ndarray) -> np.ndarray:
         """Asymptotic covariance of θ̂ [6, 6]; infinite when the design cannot identify θ."""
-        h, v = self.matrices(weights)
-        if np.linalg.cond(h) > 1e13:
-            return np.full((len(PARAMS), len(PARAMS)), np.inf)
-        h_inv = np.linalg.inv(h)
-        return h_inv @ v @ h_inv
+        return self.sandwich(weights)
 
     def phi_variance(self, weights: np.ndarray) -> float:
         return float(self.covariance(weights)[PHI, PHI])

@@ -57,19 +57,21 @@ def simulate(
     bootstrap_restarts: int = 3,
 ) -> Realisation:
     """Draw ``k`` noisy results tables of ``design`` from the prior (Gaussian noise of σ nats on each final
-    loss, seeds ``seed``…``seed + k − 1``) and fit each with ``fit_law`` and ``bootstrap_fit``: the fit's own
-    point estimate and 95% percentile CIs. ``restarts``/``bootstrap``/``bootstrap_restarts`` trade precision
+    loss, seeds ``seed``…``seed + k − 1``) and fit each with ``fit_law`` and ``bootstrap_fit`` (the
+    parameters ``info.held`` held at the prior's values): the fit's own point estimate and 95% percentile
+    CIs. ``restarts``/``bootstrap``/``bootstrap_restarts`` trade precision
     of each fit for time (``loopscale fit`` uses 500/200/20). One progress bar per design, a unit per fit."""
     if k < 1:
         raise UserError(f"--simulate needs at least 1 draw, got {k}")
     idx = np.repeat(design.idx, design.replicates)
+    held = {PARAMS[i]: float(info.theta[i]) for i in info.held}  # design --hold: fitted as fit --fix would
     rows, phi_bound = [], []
     with progress_bar(k, f"simulate {design.label or 'design'}", "fit") as advance:
         for j in range(k):
             rng = np.random.default_rng(seed + j)
             loss = info.loss[idx] + prior.sigma * rng.standard_normal(len(idx))
             table = cands.table(design.idx, loss, design.replicates)
-            fit = fit_law(table, restarts=restarts, seed=seed + j)
+            fit = fit_law(table, restarts=restarts, seed=seed + j, held=held)
             boot = bootstrap_fit(fit, table, resamples=bootstrap, restarts=bootstrap_restarts, seed=seed + j)
             ci = boot["ci"]
             lo, hi = ci["phi"]
@@ -83,7 +85,8 @@ def simulate(
                     "phi": fit.phi,
                     "ci_phi": [lo, hi],
                     "covered": bool(lo <= prior.phi <= hi),
-                    **{f"width_{name}": ci[name][1] - ci[name][0] for name in REPORTED},
+                    # a held parameter has no CI: width 0, as predicted
+                    **{f"width_{n}": ci[n][1] - ci[n][0] if n in ci else 0.0 for n in REPORTED},
                 }
             )
             advance(1)
