@@ -1,34 +1,65 @@
-"""Speed and exactness of the fitter on the simulated paper grid (issue 3's benchmark; not a test).
+"""Speed and exactness of the whole fitting protocol on the simulated 116-run paper grid (issues 3, 26).
 
-Runs, on the 116-run grid of method §5.2 with losses from the published law plus σ = 0.010 nats of noise:
+On the 116-run grid of method §5.2 (losses from the published law plus σ = 0.010 nats of noise) it runs:
 
-1. the full protocol (``run_protocol``): joint fit with 500 random starts, φ = 0 and φ = 1 fits, four per-r
-   fits and two budget-half refits (500 starts each), and a 200-resample cell bootstrap whose refits start
-   from the full-data optimum plus ``--bootstrap-restarts`` random starts;
-2. the straightforward reference on a subset: SciPy L-BFGS-B (ftol 1e-15, gtol 1e-12) looped over
-   ``--reference-starts`` random start points, no vectorisation; its time per start, multiplied by the
-   protocol's number of starts (500 per fit, 500 per bootstrap refit), estimates the reference protocol;
-3. the batched fitter from the same start points (same best objective, |Δ| ≤ 1e-10 required);
-4. the warm-start check: the first ``--check-resamples`` bootstrap resamples refitted with 500 fresh random
-   starts and no warm start, compared with the protocol's warm-started refits: the warm-started objective
-   must never be higher, and with ``--full-bootstrap`` (all 200 resamples) the φ CIs must agree to 1e-6.
+1. ``run_protocol`` with its defaults (500 restarts, 200-resample cell bootstrap, random-effects bootstrap,
+   profile of φ, law check), timed per stage (exclusive seconds) and counting the fits and refits of each
+   stage (every ``fit_many`` fit: point fits, bootstrap and law-check refits; the profile's grid refits and
+   φ per budget run ``minimise_batch`` directly and are not counted);
+2. the reference, interleaved with (3) in the same process: SciPy L-BFGS-B with finite-difference gradients
+   (ftol 1e-15, gtol 1e-12, no vectorisation) from ``--reference-starts`` uniform random starts; its time per
+   start × ``--restarts`` starts × the fits counted in (1) estimates the plain loop over the protocol (a
+   plain protocol runs 500 cold starts for every fit and refit; the check in (4) is what licenses counting
+   the warm-started refits so);
+3. exactness of the point fit: the batched fitter and SciPy L-BFGS-B with the analytic gradient from the
+   same starts reach the same best objective (|Δ| ≤ 1e-10), and the protocol's 500-start joint fit is not
+   above it by more than 1e-10;
+4. exactness of the refits: up to ``--check-per-stage`` fits of every stage (evenly spaced over its
+   resamples) refitted from ``--cold-starts`` uniform random starts, no warm start, no VarPro start; a refit
+   is at the cold optimum when its objective is ≤ the cold one × (1 + 1e-9). Required: ≥ 99% of them.
 
-Prints measured seconds and ratios; exits 1 if an exactness check fails.
+Prints seconds per stage, the fits counted, the reference estimate, the ratio, the load (``uptime``) and
+the checks; exits 1 if a check fails. Measured figures: benchmarks/RESULTS.md (fit-speed section).
+
+Issue 26, 2-core VM with a training sweep running (load average 2.3–3.1, both runs back to back),
+exclusive seconds per stage, before (HEAD afa0ab5: warm + 20 random starts per bootstrap refit, warm + 10
+per law-check refit) → after (warm + 10 variable-projection + 2 random starts, ``fit.varpro``; VarPro
+starts in warm-started ``fit_law`` too):
+
+    main fits 5.4 → 5.5 (3 fits); per-r fits 2.5 → 2.7 (4); budget halves 2.7 → 2.5 (2);
+    cell bootstrap 16.5 → 5.8 (200); random-effects bootstrap 14.6 → 6.2 (200); profile 1.7 → 1.6;
+    law check: leave one budget out 0.7 → 1.2 (6), extensions 17.3 → 11.8 (306), phi per budget
+    2.9 → 2.7, halves bootstraps 16.6 → 5.4 (200), rest 0.1 → 0.2 (1); whole protocol 81.1 → 45.6 s.
+    Reference 0.101 / 0.104 s per finite-difference start x 500 x 923 fits: ratio 574x → 1,055x; against
+    the analytic-gradient loop (0.022 s/start) 127x → 222x. Point fit: same objective 2.749507105586e-4
+    (|delta| 2.9e-18 vs SciPy from the same 30 starts). Refits at the cold optimum: 62/65 (95.4%) → 64/65
+    (98.5%); the miss is a refit of the upper budget half, a table with several near-equal basins.
+    Table and caveats: benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
+from collections import defaultdict
 
 import numpy as np
+from scipy.optimize import minimize
 
-from loopscale.fit import load_table, run_protocol
-from loopscale.fit.bootstrap import percentile_ci, resample_weights
-from loopscale.fit.fitter import Box, design_for, fit_many, polish
+import loopscale.fit.bootstrap as bootstrap_mod
+import loopscale.fit.fitter as fitter_mod
+import loopscale.fit.lawcheck as lawcheck_mod
+import loopscale.fit.profile as profile_mod
+import loopscale.fit.protocol as protocol_mod
+from loopscale.fit import load_table
+from loopscale.fit.fitter import Box, design_for, polish, single_blas_thread
 from loopscale.fit.law import PHI, law_loss, objective_and_gradient
 from loopscale.paper import JOINT_FIT, MAIN_GRID, grid_runs
+
+AT_OPTIMUM_REL = 1e-9  # a refit is at the cold optimum when its objective is ≤ cold × (1 + this)
+REQUIRED_SHARE = 0.99
 
 
 def simulated_table(noise: float, seed: int):
@@ -40,11 +71,156 @@ def simulated_table(noise: float, seed: int):
     return load_table(runs)
 
 
-def scipy_reference(design, box, starts) -> tuple[float, float]:
-    """Best objective of plain SciPy L-BFGS-B runs (``fitter.polish``) from each of ``starts``; seconds."""
+class Stages:
+    """Exclusive wall seconds per protocol stage, fits per stage and the ``fit_many`` calls made in each."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.fits: dict[str, int] = defaultdict(int)
+        self.calls: dict[str, list] = defaultdict(list)
+        self.stack: list[str] = []
+        self.mark = 0.0
+
+    def _switch(self, push: str | None) -> None:
+        now = time.perf_counter()
+        if self.stack:
+            self.seconds[self.stack[-1]] += now - self.mark
+        self.stack.append(push) if push is not None else self.stack.pop()
+        self.mark = now
+
+    def wrap(self, module, name: str, label) -> None:
+        """Time ``module.name`` under ``label`` (a string, or a function of the call's arguments)."""
+        inner = getattr(module, name)
+
+        def timed(*args, **kwargs):
+            self._switch(label(args, kwargs) if callable(label) else label)
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self._switch(None)
+
+        setattr(module, name, timed)
+
+    def record_fits(self) -> None:
+        """Count and record every ``fit_many`` call (arguments and optima) under the current stage."""
+        inner = fitter_mod.fit_many
+
+        def recorded(design, box, weights, restarts, rng, *args, **kwargs):
+            optima = inner(design, box, weights, restarts, rng, *args, **kwargs)
+            stage = self.stack[-1] if self.stack else "other"
+            self.fits[stage] += len(optima)
+            self.calls[stage].append((design, box, weights, kwargs, optima))
+            return optima
+
+        for module in (fitter_mod, bootstrap_mod, lawcheck_mod, profile_mod):
+            module.fit_many = recorded
+        self.inner = inner
+
+
+def timed_protocol(table, args) -> tuple[object, Stages, float]:
+    stages = Stages()
+    p, lc = protocol_mod, lawcheck_mod
+
+    def fit_label(args, kwargs) -> str:
+        if stages.stack and stages.stack[-1] == "budget halves":
+            return "budget halves"
+        return "per-r fits" if kwargs.get("form") == "chinchilla" else "main fits (joint, phi = 0, phi = 1)"
+
+    stages.wrap(p, "fit_law", fit_label)
+    stages.wrap(p, "_budget_halves", "budget halves")
+    stages.wrap(p, "bootstrap_fit", "cell bootstrap")
+    stages.wrap(p, "random_effects_bootstrap", "random-effects bootstrap")
+    stages.wrap(p, "profile_phi", "profile")
+    stages.wrap(p, "check_law", "law check: rest (incl. least-squares refit)")
+    stages.wrap(lc, "leave_one_budget_out", "law check: leave one budget out")
+    stages.wrap(lc, "extension_tests", "law check: extensions (fits + bootstraps)")
+    stages.wrap(lc, "phi_per_budget", "law check: phi per budget")
+    stages.wrap(lc, "phi_halves", "law check: halves bootstraps")
+    stages.record_fits()
     t0 = time.perf_counter()
-    best = min(polish(design, x0, box.free)[1] for x0 in starts)
-    return best, time.perf_counter() - t0
+    protocol = protocol_mod.run_protocol(table, restarts=args.restarts, seed=args.seed)
+    return protocol, stages, time.perf_counter() - t0
+
+
+def fd_lbfgsb(design, box, x0) -> float:
+    """One plain SciPy L-BFGS-B run with finite-difference gradients from ``x0`` → its objective."""
+
+    def fun(z: np.ndarray) -> float:
+        return float(objective_and_gradient(z[None, :], design)[0][0])
+
+    res = minimize(
+        fun,
+        x0,
+        method="L-BFGS-B",
+        bounds=list(zip(box.lower, box.upper)),
+        options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 10_000, "maxfun": 40_000},
+    )
+    return float(res.fun)
+
+
+def reference(table, args) -> dict:
+    """Per-start seconds of the finite-difference loop, interleaved with the batched fitter on the same
+    starts and the analytic-gradient SciPy loop (the exactness reference)."""
+    design, box = design_for(table, plain=False), Box.for_form(None)
+    starts = box.starts(np.random.default_rng(12345), args.reference_starts)
+    fd_seconds, batched_seconds, scipy_seconds, fd_best, scipy_best = 0.0, 0.0, 0.0, np.inf, np.inf
+    with single_blas_thread():
+        for half in np.array_split(np.arange(len(starts)), 2):  # interleave: FD, ours, FD, ours
+            t0 = time.perf_counter()
+            fd_best = min(fd_best, *(fd_lbfgsb(design, box, starts[i]) for i in half))
+            fd_seconds += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            fitter_mod.fit_many(design, box, None, 0, np.random.default_rng(0), extra_starts=starts[half])
+            batched_seconds += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            scipy_best = min(scipy_best, *(polish(design, starts[i], box.free)[1] for i in half))
+            scipy_seconds += time.perf_counter() - t0
+    ours = fitter_mod.fit_many(design, box, None, 0, np.random.default_rng(0), extra_starts=starts)[0]
+    return {
+        "per_start": fd_seconds / len(starts),
+        "analytic_per_start": scipy_seconds / len(starts),
+        "fd_best": fd_best,
+        "scipy_best": scipy_best,
+        "batched_best": ours.objective,
+        "batched_seconds": batched_seconds,
+        "fd_seconds": fd_seconds,
+    }
+
+
+def refit_check(stages: Stages, args) -> dict[str, tuple[int, int, float]]:
+    """Per stage: (refits at the cold optimum, refits checked, max |Δφ|) against ``--cold-starts``."""
+    out = {}
+    for stage, calls in stages.calls.items():
+        rows = [(c, i) for c in calls for i in range(len(c[4]))]
+        if not rows:
+            continue
+        pick = np.unique(np.linspace(0, len(rows) - 1, min(args.check_per_stage, len(rows))).astype(int))
+        hits, dphi = 0, 0.0
+        for j in pick:
+            (design, box, weights, kwargs, optima), i = rows[j]
+            cold = stages.inner(
+                design,
+                box,
+                _row(weights, i),
+                args.cold_starts,
+                np.random.default_rng(args.seed + 99 + j),
+                scipy_polish=False,
+                targets=_row(kwargs.get("targets"), i),
+                fixed_rows=_row(kwargs.get("fixed_rows"), i),
+            )[0]
+            hits += optima[i].objective <= cold.objective * (1 + AT_OPTIMUM_REL)
+            dphi = max(dphi, abs(optima[i].theta[PHI] - cold.theta[PHI]) if box.free[PHI] else 0.0)
+        out[stage] = (hits, len(pick), dphi)
+    return out
+
+
+def _row(values: np.ndarray | None, i: int) -> np.ndarray | None:
+    """Fit i's row of a per-fit argument of ``fit_many`` (weights, targets, fixed_rows)."""
+    return None if values is None else np.atleast_2d(values)[i : i + 1]
+
+
+def load() -> str:
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def main() -> int:
@@ -52,91 +228,57 @@ def main() -> int:
     ap.add_argument("--noise", type=float, default=0.010)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--restarts", type=int, default=500)
-    ap.add_argument("--bootstrap", type=int, default=200)
-    ap.add_argument("--bootstrap-restarts", type=int, default=20)
     ap.add_argument("--reference-starts", type=int, default=30)
-    ap.add_argument("--check-resamples", type=int, default=10)
-    ap.add_argument("--full-bootstrap", action="store_true", help="refit all resamples with full restarts")
+    ap.add_argument("--check-per-stage", type=int, default=12)
+    ap.add_argument("--cold-starts", type=int, default=100)
     args = ap.parse_args()
-    ok = True
-
     table = simulated_table(args.noise, args.seed)
-    t0 = time.perf_counter()
-    protocol = run_protocol(
-        table,
-        restarts=args.restarts,
-        bootstrap=args.bootstrap,
-        bootstrap_restarts=args.bootstrap_restarts,
-        seed=args.seed,
-    )
-    t_protocol = time.perf_counter() - t0
-    n_fits = len(protocol.forms) + len(protocol.per_r) + len(protocol.budget_halves)
+    print(f"start: {load()}")
+    ref = reference(table, args)  # first half of the interleaving: reference, then the protocol
+    protocol, stages, t_protocol = timed_protocol(table, args)
+    print(f"after the protocol: {load()}")
+    fits = sum(stages.fits.values())
+    estimate = ref["per_start"] * args.restarts * fits
+    print(f"\n{'stage':<46}{'seconds':>9}{'fits':>7}{'reference s':>13}")
+    for stage, seconds in sorted(stages.seconds.items(), key=lambda kv: -kv[1]):
+        n = stages.fits.get(stage, 0)
+        print(f"{stage:<46}{seconds:9.1f}{n:7d}{ref['per_start'] * args.restarts * n:13.0f}")
+    print(f"{'whole protocol':<46}{t_protocol:9.1f}{fits:7d}{estimate:13.0f}")
     fit = protocol.fit
     print(
-        f"full protocol: {t_protocol:.1f} s  ({n_fits} fits x {args.restarts} starts, {args.bootstrap} "
-        f"bootstrap refits x (warm + {args.bootstrap_restarts}) starts)"
+        f"\njoint fit: phi {fit.phi:.6f}, objective {fit.objective:.12e}, starts at optimum "
+        f"{fit.starts_at_optimum}/{args.restarts}; ci.phi {protocol.ci['phi']}"
     )
     print(
-        f"  joint fit: phi {fit.phi:.5f}  objective {fit.objective:.12e}  |grad| {fit.grad_norm:.1e}  "
-        f"starts at optimum {fit.starts_at_optimum}/{args.restarts}  CI phi {protocol.ci['phi']}"
+        f"reference (SciPy L-BFGS-B, finite differences): {args.reference_starts} starts in "
+        f"{ref['fd_seconds']:.1f} s = {ref['per_start']:.3f} s/start (batched fitter, same starts: "
+        f"{ref['batched_seconds']:.2f} s) -> {args.restarts} starts x {fits} fits = {estimate:.0f} s"
     )
-
-    design, box = design_for(table, plain=False), Box.for_form(None)
-    starts = box.starts(np.random.default_rng(12345), args.reference_starts)
-    ref_best, t_ref = scipy_reference(design, box, starts)
-    t1 = time.perf_counter()
-    ours = fit_many(design, box, None, 0, np.random.default_rng(0), extra_starts=starts)[0]
-    t_ours = time.perf_counter() - t1
-    per_start = t_ref / args.reference_starts
-    protocol_starts = args.restarts * (n_fits + args.bootstrap)
-    estimate = per_start * protocol_starts
-    delta = abs(ours.objective - ref_best)
-    same = delta <= 1e-10 and abs(fit.objective - min(ref_best, ours.objective)) <= 1e-10
-    ok &= same
+    ratio = estimate / t_protocol
+    print(f"speed ratio, whole protocol vs the plain loop: {ratio:.0f}x")
+    analytic = ref["analytic_per_start"] * args.restarts * fits
     print(
-        f"reference (SciPy L-BFGS-B loop): {args.reference_starts} starts in {t_ref:.1f} s = "
-        f"{per_start:.3f} s/start -> protocol estimate {protocol_starts} starts = {estimate:.0f} s "
-        f"({estimate / 3600:.2f} h)"
+        f"  (the same loop with the analytic gradient: {ref['analytic_per_start']:.3f} s/start "
+        f"-> {analytic:.0f} s, {analytic / t_protocol:.0f}x)"
     )
+    delta = abs(ref["batched_best"] - ref["scipy_best"])
+    same = delta <= 1e-10 and fit.objective <= min(ref["batched_best"], ref["scipy_best"]) + 1e-10
     print(
-        f"  batched fitter, same {args.reference_starts} starts: {t_ours:.2f} s ({t_ref / t_ours:.0f}x); "
-        f"best objective {ours.objective:.12e} vs reference {ref_best:.12e}: |delta| {delta:.1e}; "
+        f"point fit: batched {ref['batched_best']:.12e} vs SciPy (analytic gradient) "
+        f"{ref['scipy_best']:.12e} from the same starts, |delta| {delta:.1e}; finite differences reach "
+        f"{ref['fd_best']:.12e}; "
         f"500-start fit {fit.objective:.12e} -> {'SAME' if same else 'DIFFERENT'}"
     )
-    print(f"speed ratio, full protocol vs reference estimate: {estimate / t_protocol:.0f}x")
-
-    m = args.bootstrap if args.full_bootstrap else min(args.check_resamples, args.bootstrap)
-    weights = resample_weights(table, args.bootstrap, args.seed, joint=True)[:m]
-    t2 = time.perf_counter()
-    full = fit_many(
-        design,
-        box,
-        weights,
-        args.restarts,
-        np.random.default_rng(args.seed + 2),
-        polish_top=3,
-        scipy_polish=False,
-    )
-    t_full = time.perf_counter() - t2
-    samples = protocol.bootstrap["samples"]
-    warm = np.column_stack([samples[k][:m] for k in ("a", "b", "e", "alpha", "beta", "phi")])
-    warm_obj = objective_and_gradient(warm, design, weights)[0]
-    full_obj = np.array([o.objective for o in full])
-    full_phi = np.array([o.theta[PHI] for o in full])
-    dphi = np.abs(warm[:, PHI] - full_phi)
-    worse = (warm_obj - full_obj) / full_obj  # > 0: the warm-started refit missed a lower optimum
-    i = int(np.argmax(dphi))
-    print(
-        f"warm-start check: {m} resamples refitted with {args.restarts} fresh starts and no warm start "
-        f"({t_full:.1f} s): max |phi_warm - phi_full| = {dphi.max():.1e} (resample {i}: objectives "
-        f"{warm_obj[i]:.15e} warm vs {full_obj[i]:.15e} full); warm objective worse by at most "
-        f"{max(worse.max(), 0):.1e} (relative); {int((dphi > 1e-6).sum())} resample(s) with |dphi| > 1e-6"
-    )
-    ok &= bool(worse.max() <= 1e-9)
-    ci_warm, ci_full = percentile_ci(warm[:, PHI]), percentile_ci(full_phi)
-    print(f"  95% CI phi: warm {ci_warm} vs full restarts {ci_full}")
-    if args.full_bootstrap:
-        ok &= bool(np.abs(np.subtract(ci_warm, ci_full)).max() <= 1e-6)
+    t0 = time.perf_counter()
+    checks = refit_check(stages, args)
+    hits = sum(h for h, _, _ in checks.values())
+    checked = sum(c for _, c, _ in checks.values())
+    print(f"\nrefits vs a cold {args.cold_starts}-start multi-start ({time.perf_counter() - t0:.0f} s):")
+    for stage, (h, c, dphi) in checks.items():
+        print(f"  {stage:<46}{h:4d}/{c:<4d} at the cold optimum, max |dphi| {dphi:.1e}")
+    share = hits / checked if checked else float("nan")
+    print(f"  all: {hits}/{checked} = {100 * share:.1f}% (required >= {100 * REQUIRED_SHARE:.0f}%); {load()}")
+    ok = same and (share >= REQUIRED_SHARE or not checked)
     print("OK" if ok else "FAILED")
     return 0 if ok else 1
 

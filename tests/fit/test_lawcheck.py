@@ -185,6 +185,30 @@ def test_law_check_is_untestable_with_two_budgets():
     assert "2 budget(s)" in doc["headline"]
 
 
+def test_a_law_exact_table_is_untestable_not_rejected():
+    """Losses exactly on the law: every RSS is rounding (≈ 1e-30), so an F ratio of two of them is noise;
+    the check says it tested nothing instead of rejecting or holding."""
+    table = load_table(_rows(noise=0.0))
+    doc = check_law(table, fit_law(table, restarts=20), resamples=0, restarts=5)
+    assert doc["verdict"] == "untestable" and doc["tests"] == 0
+    assert "no residual variance" in doc["headline"]
+    assert all(e["p"] is None for e in doc["extensions"])
+
+
+def test_seven_runs_leave_the_extensions_no_degree_of_freedom():
+    """7 runs, 7 parameters in an extended law: no F-test (was a division by zero)."""
+    narrowest = {}
+    for row in _rows(noise=0.01, seed=4, rs=(1, 2)):  # one run per (budget, r): 8, then 7
+        key = (row["budget"], row["r"])
+        if key not in narrowest or row["width"] < narrowest[key]["width"]:
+            narrowest[key] = row
+    rows = list(narrowest.values())[:7]
+    table = load_table(rows)
+    doc = check_law(table, fit_law(table, restarts=20), resamples=0, restarts=5)
+    assert {e["df"][1] for e in doc["extensions"]} == {0}
+    assert all(e["p"] is None and e["F"] is None for e in doc["extensions"])
+
+
 def test_random_effects_bootstrap_widens_under_a_shared_effect():
     rng = np.random.default_rng(5)
     rows = _rows()

@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--bootstrap-restarts",
         type=int,
-        help="random starts per bootstrap refit on top of the warm start (default 20)",
+        help="random starts per bootstrap refit on top of the warm start and 10 VarPro starts (default 2)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(

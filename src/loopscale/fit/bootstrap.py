@@ -4,10 +4,11 @@ A resample draws as many cells as the table has, with replacement, and pools the
 allowed); it is represented as a weight vector over runs (how often each run was drawn), which is exactly
 the summed objective on the pooled runs. All resamples of one bootstrap are fitted in one batch.
 
-Each refit starts from the full-data optimum (the warm start method §8.8 recommends) plus ``restarts`` fresh
-uniform start points; ``benchmarks/fit_speed.py`` checks that this reaches the same refits as the full
-500-random-start protocol. Resamples that cannot identify the law (one r for the joint law, one budget)
-are redrawn. CIs are percentile intervals (2.5th–97.5th by default).
+Each refit starts from the full-data optimum (the warm start method §8.8 recommends), ``SEEDS_PER_REFIT``
+variable-projection start points of its own resample (``fit.varpro``) and ``restarts`` fresh uniform start
+points; ``benchmarks/fit_speed.py`` checks on a sample of resamples that this reaches the optimum of a
+cold multi-start of uniform random starts. Resamples that cannot identify the law (one r for the joint law,
+one budget) are redrawn. CIs are percentile intervals (2.5th–97.5th by default).
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from loopscale.errors import UserError
 from loopscale.fit.fitter import LawFit, design_for, fit_many
 from loopscale.fit.law import PARAM_LABELS, PARAMS, Design, log_prediction, theta_to_coefficients
 from loopscale.fit.table import RunTable
+from loopscale.fit.varpro import SEEDS_PER_REFIT
 
 CI_LEVEL = 0.95
-BOOTSTRAP_RESTARTS = 20  # fresh random starts per refit, on top of the warm start
+BOOTSTRAP_RESTARTS = 2  # fresh random starts per refit, on top of the warm start and the VarPro starts
 MAX_REDRAWS = 1000
 
 
@@ -89,7 +91,8 @@ def refit_weighted(
     held_draws: dict[str, np.ndarray] | None = None,
 ) -> np.ndarray:
     """Refit ``fit``'s form (and extension) on each weight row [R, n] of ``table``, or on each table of log
-    losses ``targets`` [R, n] → θ [R, P], warm-started at ``fit``; ``advance(k)`` after each batch.
+    losses ``targets`` [R, n] → θ [R, P], warm-started at ``fit``, with ``SEEDS_PER_REFIT`` VarPro starts
+    and ``restarts`` uniform random starts per refit; ``advance(k)`` after each batch.
 
     Parameters ``fit`` holds stay at its values, or with ``held_draws`` {θ name: [R]} at refit i's draw
     (a prior resampled per refit, ``fit.priors``)."""
@@ -118,6 +121,7 @@ def refit_weighted(
             scipy_polish=False,
             targets=None if targets is None else targets[part],
             fixed_rows=None if fixed_rows is None else fixed_rows[part],
+            seeded=SEEDS_PER_REFIT,
         )
         thetas += [o.theta for o in optima]
         if advance is not None:

@@ -62,6 +62,7 @@ from loopscale.fit.law import (
     log_prediction,
 )
 from loopscale.fit.table import RunTable
+from loopscale.fit.varpro import SEEDS_PER_REFIT
 
 DELTA_BOUNDS = (-3.0, 3.0)  # the box of Δφ and Δφ₁, as wide as φ's own
 SHAPE_HELD = (2, 3, 4)  # e, alpha, beta: held at the pooled shared fit for Δφ per budget
@@ -247,7 +248,15 @@ def bootstrap_shared(
     for lo in range(0, resamples, REFIT_BATCH):
         part = sims[lo : lo + REFIT_BATCH]
         optima = fit_many(
-            model.design, model.box, None, restarts, rng, extra_starts=theta, scipy_polish=False, targets=part
+            model.design,
+            model.box,
+            None,
+            restarts,
+            rng,
+            extra_starts=theta,
+            scipy_polish=False,
+            targets=part,
+            seeded=SEEDS_PER_REFIT,
         )
         thetas += [o.theta for o in optima]
         if advance is not None:

@@ -49,6 +49,7 @@ from loopscale.fit.law import (
 )
 from loopscale.fit.priors import MIN_RUNS, check_held, check_identifiable  # noqa: F401 - re-exported
 from loopscale.fit.table import RunTable
+from loopscale.fit.varpro import SEEDS_PER_REFIT, seed_starts
 
 BATCH_FTOL = 1e-10  # relative decrease per step below which a batched start counts as converged
 BATCH_MAX_ITER = 300  # first stage; unfinished starts are still ranked and may be refined
@@ -286,6 +287,7 @@ class Optimum:
     starts_at_optimum: int  # start points whose first-stage end point is within 1e-6 (relative) of it
 
 
+@single_blas_thread()
 def fit_many(
     design: Design,
     box: Box,
@@ -297,6 +299,7 @@ def fit_many(
     scipy_polish: bool = True,
     targets: np.ndarray | None = None,
     fixed_rows: np.ndarray | None = None,
+    seeded: int = 0,
 ) -> list[Optimum]:
     """Fit one weight vector per row of ``weights`` [R, n] (None: one unweighted fit) → R optima.
 
@@ -306,21 +309,14 @@ def fit_many(
     ``targets`` [R, n]: one table of log losses per fit (simulated tables on the same runs) instead of
     the design's own; with ``weights`` None each of them is fitted unweighted.
 
-    Each fit starts from ``restarts`` fresh uniform start points plus ``extra_starts`` [m, 6] (e.g. the
-    full-data optimum as a warm start for bootstrap refits). Stage 1 descends from all of them in batches;
-    the best ``polish_top`` distinct end points of each fit are then refined together by the same batched
-    BFGS at a relative tolerance of 1e-15, and (``scipy_polish``) the best one again by SciPy L-BFGS-B at
-    ftol = 1e-15, gtol = 1e-12, keeping whichever is lower.
+    Each fit starts from ``restarts`` fresh uniform start points, ``extra_starts`` [m, P] (e.g. the
+    full-data optimum as a warm start for bootstrap refits) and ``seeded`` variable-projection start points
+    of its own weights and targets (``fit.varpro``; columns it does not grid come from the first extra
+    start, else the box's values). Stage 1 descends from all of them in batches; the best ``polish_top``
+    distinct end points of each fit are then refined together by the same batched BFGS at a relative
+    tolerance of 1e-15, and (``scipy_polish``) the best one again by SciPy L-BFGS-B at ftol = 1e-15,
+    gtol = 1e-12, keeping whichever is lower.
     """
-    with single_blas_thread():
-        return _fit_many(
-            design, box, weights, restarts, rng, extra_starts, polish_top, scipy_polish, targets, fixed_rows
-        )
-
-
-def _fit_many(
-    design, box, weights, restarts, rng, extra_starts, polish_top, scipy_polish, targets, fixed_rows
-) -> list[Optimum]:
     n_targets = 1 if targets is None else len(targets)
     w_rows = (
         np.ones((n_targets, len(design))) if weights is None else np.atleast_2d(np.asarray(weights, float))
@@ -328,20 +324,26 @@ def _fit_many(
     t_rows = None if targets is None else np.atleast_2d(np.asarray(targets, float))
     n_fits = w_rows.shape[0]
     extra = np.empty((0, len(box.lower))) if extra_starts is None else np.atleast_2d(extra_starts)
-    per_fit = restarts + len(extra)
+    per_fit = restarts + len(extra) + seeded
     if restarts < 0 or per_fit < 1:
         raise UserError(f"a fit needs at least one start point (restarts = {restarts})")
     fits_per_chunk = max(1, CHUNK_ELEMENTS // (per_fit * len(design)))
     cand_x, cand_owner, first_values = [], [], []
     for lo in range(0, n_fits, fits_per_chunk):
         chunk = w_rows[lo : lo + fits_per_chunk]
-        starts = np.concatenate([np.concatenate([box.starts(rng, restarts), extra]) for _ in chunk])
-        if fixed_rows is not None:  # the optimiser never moves a held column: its start value is the fit's
-            held = ~box.free
-            starts[:, held] = np.repeat(fixed_rows[lo : lo + len(chunk)], per_fit, axis=0)[:, held]
-        chunk_targets = None
-        if t_rows is not None:
-            chunk_targets = np.repeat(t_rows[lo : lo + fits_per_chunk], per_fit, axis=0)
+        part_targets = None if t_rows is None else t_rows[lo : lo + fits_per_chunk]
+        base = np.repeat(extra[:1] if len(extra) else box.fixed_values[None], len(chunk), axis=0)
+        held = ~box.free  # the optimiser never moves a held column: its start value is the fit's
+        fixed = box.fixed_values[None] if fixed_rows is None else fixed_rows[lo : lo + len(chunk)]
+        base[:, held] = fixed[:, held]
+        seeds = np.empty((len(chunk), 0, len(box.lower)))  # [fits, seeded, P]
+        if seeded:
+            seeds = seed_starts(design, box.free, base, chunk, part_targets, seeded, box.lower, box.upper)
+        starts = np.concatenate(
+            [np.concatenate([box.starts(rng, restarts), extra, seeds[i]]) for i in range(len(chunk))]
+        )
+        if fixed_rows is not None:
+            starts[:, held] = np.repeat(base, per_fit, axis=0)[:, held]
         ends, values = minimise_batch(
             design,
             starts,
@@ -349,7 +351,7 @@ def _fit_many(
             np.repeat(chunk, per_fit, axis=0),
             lower=box.lower,
             upper=box.upper,
-            targets=chunk_targets,
+            targets=None if part_targets is None else np.repeat(part_targets, per_fit, axis=0),
         )
         for i in range(len(chunk)):
             sl = slice(i * per_fit, (i + 1) * per_fit)
@@ -549,7 +551,8 @@ def fit_law(
 
     Best of ``restarts`` seeded uniform start points in the box of method §8.3, polished to tight tolerances.
     ``extension``: one of ``law.EXTENSIONS`` (joint law only), its covariate centred at ``ext_ref`` (default:
-    the table's centre); ``warm``: a fit of the same table whose θ (ext = 0 appended) is one more start;
+    the table's centre); ``warm``: a fit of the same table whose θ (ext = 0 appended) is one more start,
+    with ``varpro.SEEDS_PER_REFIT`` variable-projection starts beside it (a warm-started refit);
     ``held``: {θ name: θ value} of parameters held fixed (a, b, e, alpha, beta; ``fit.priors`` parses them).
     """
     if extension is not None and extension not in EXTENSIONS:
@@ -578,7 +581,8 @@ def fit_law(
         extra[: len(warm.theta)] = warm.theta[: len(box.lower)]
         extra[~box.free] = box.fixed_values[~box.free]
     design = design_for(table, plain, extension, ext_ref)
-    opt = fit_many(design, box, None, restarts, np.random.default_rng(seed), extra_starts=extra)[0]
+    rng, seeded = np.random.default_rng(seed), 0 if warm is None else SEEDS_PER_REFIT
+    opt = fit_many(design, box, None, restarts, rng, extra_starts=extra, seeded=seeded)[0]
     name = "chinchilla" if plain else ("joint" if fix_phi is None else "fixed_phi")
     law_fit = LawFit(
         form=name,

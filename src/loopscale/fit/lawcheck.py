@@ -38,6 +38,7 @@ from scipy.stats import f as f_dist
 
 from loopscale.errors import UserError
 from loopscale.fit.bootstrap import (
+    BOOTSTRAP_RESTARTS,
     CI_LEVEL,
     law_jacobian,
     percentile_ci,
@@ -54,6 +55,7 @@ MIN_BUDGETS = 3
 CHECK_RESTARTS = 10  # fresh starts per law-check refit, on top of warm starts at the pooled fit (its optimum)
 SHAPE_FIXED = (2, 3, 4)  # e, alpha, beta: held at the pooled fit for φ per budget
 PER_BUDGET_ITER = 200  # descent steps of a per-budget refit
+NO_RESIDUAL_RMS = 1e-9  # log-loss residual RMS below which a fit passes through every run (rounding only)
 
 
 def _fmt_budget(c: float) -> str:
@@ -197,7 +199,7 @@ def predictive_f(refit: LawFit, rest: RunTable, held: RunTable) -> tuple[float |
     j_rest, j_held = j_rest / scale, j_held / scale
     cov = np.eye(len(held)) + j_held @ np.linalg.pinv(j_rest.T @ j_rest) @ j_held.T
     sigma2 = float((e_rest**2).sum()) / df_rest
-    if sigma2 <= 0:  # the refit passes through every run: no residual variance to test against
+    if sigma2 <= NO_RESIDUAL_RMS**2:  # the refit passes through every run: no residual variance to test
         return None, df_rest
     stat = float(e_held @ np.linalg.solve(cov, e_held)) / len(held) / sigma2
     return stat, df_rest
@@ -234,7 +236,10 @@ def extension_tests(
         rss = min(least_squares_rss(efit, table, seed, restarts), rss_paper)  # nested: never above
         lr = n * math.log(rss_paper / rss) if rss > 0 else math.inf
         df_resid = n - int(efit.free.sum())
-        f_stat = (rss_paper - rss) / (rss / df_resid) if rss > 0 else math.inf
+        # no F-test without a residual degree of freedom, or when the paper's law already passes through
+        # every run (a law-exact table: both RSS are rounding, their ratio is noise)
+        testable = df_resid > 0 and rss_paper > n * NO_RESIDUAL_RMS**2
+        f_stat = ((rss_paper - rss) / (rss / df_resid) if rss > 0 else math.inf) if testable else None
         row = {
             "form": name,
             "label": ext.label,
@@ -245,8 +250,8 @@ def extension_tests(
             "lr": lr,
             "F": f_stat,
             "df": [1, df_resid],
-            "p": float(f_dist.sf(f_stat, 1, df_resid)),
-            "aic": n * math.log(rss / n) + 2 * (int(efit.free.sum())),
+            "p": float(f_dist.sf(f_stat, 1, df_resid)) if testable else None,
+            "aic": n * math.log(rss / n) + 2 * (int(efit.free.sum())) if rss > 0 else -math.inf,
             "rmse": float(np.sqrt(np.mean((table.loss - efit.predict_table(table)) ** 2))),
             "at_bound": efit.at_bound,
             "ext_ref": efit.ext_ref,
@@ -255,7 +260,7 @@ def extension_tests(
             row["nats_per_doubling"] = efit.E * (2 ** row["estimate"] - 1)
         if resamples:
             weights = resample_weights(table, resamples, seed)
-            thetas = refit_weighted(efit, table, weights, min(restarts, 20), seed + 1)
+            thetas = refit_weighted(efit, table, weights, min(restarts, BOOTSTRAP_RESTARTS), seed + 1)
             row["ci"] = percentile_ci(thetas[:, -1])
             row["phi0_ci"] = percentile_ci(thetas[:, 5])
         row["lobo_rmse"] = None  # filled in by ``select_form`` when the law is rejected
@@ -335,7 +340,8 @@ def phi_halves(table: RunTable, halves: dict[str, LawFit], resamples: int, seed:
         sub = table.subset(masks[name])
         row = {"budgets": sorted(set(sub.budget.tolist())), "phi": fit.phi, "ci": None}
         if resamples and fit.phi is not None:
-            thetas = refit_weighted(fit, sub, resample_weights(sub, resamples, seed), 10, seed + 1)
+            weights = resample_weights(sub, resamples, seed)
+            thetas = refit_weighted(fit, sub, weights, BOOTSTRAP_RESTARTS, seed + 1)
             row["ci"] = percentile_ci(thetas[:, 5])
         out[name] = row
     return out
@@ -464,7 +470,8 @@ def _tests(doc: dict) -> list[tuple[float, str]]:
                 f"the loss floor {'rises' if est > 0 else 'falls'} with r (E_r = E*r^{est:.3f}, "
                 f"{ext['nats_per_doubling']:+.3f} nats per doubling of r)"
             )
-        tests.append((ext["p"], f"{what} (F = {ext['F']:.1f}, p = {ext['p']:.2g})"))
+        if ext["p"] is not None:
+            tests.append((ext["p"], f"{what} (F = {ext['F']:.1f}, p = {ext['p']:.2g})"))
     for row in doc["leave_one_budget_out"]:
         if row.get("p") is not None:
             noise = f", {row['rmse_over_noise']:.1f}x the noise" if "rmse_over_noise" in row else ""
@@ -493,6 +500,12 @@ def _verdict(doc: dict) -> None:
         doc["verdict"] = "rejected"
         doc["reasons"] = [why for _, why in failed]
         doc["headline"] = f"one constant phi is rejected: {failed[0][1]}{drift}"
+    elif not tests:  # no residual variance or no residual degree of freedom: nothing was tested
+        doc["verdict"] = "untestable"
+        doc["headline"] = (
+            "law not checked: the fit leaves no residual variance or degree of freedom to test against"
+        )
+        doc["reasons"].append(doc["headline"])
     else:
         doc["verdict"] = "holds"
         doc["headline"] = (

@@ -47,7 +47,8 @@ def law_check_lines(check: dict) -> list[str]:
     for ext in check["extensions"]:
         extra = f"{ext['estimate']:+.3f}{_ci_text(ext.get('ci'))}"
         lines.append(
-            f"  {ext['form']:<13}{extra:>26}{ext['phi0']:8.3f}{ext['lr']:7.1f}{ext['F']:7.1f}{ext['p']:9.2g}"
+            f"  {ext['form']:<13}{extra:>26}{ext['phi0']:8.3f}{ext['lr']:7.1f}{_num(ext['F'], '.1f'):>7}"
+            f"{_num(ext['p'], '.2g'):>9}"
             f"{ext['aic']:9.1f}{_num(ext['lobo_rmse']):>11}"
         )
     halves = check.get("halves") or {}
@@ -65,5 +66,5 @@ def law_check_lines(check: dict) -> list[str]:
     return lines
 
 
-def _num(x: float | None) -> str:
-    return "-" if x is None else f"{x:.4f}"
+def _num(x: float | None, spec: str = ".4f") -> str:
+    return "-" if x is None else format(x, spec)
