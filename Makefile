@@ -25,6 +25,7 @@ demo: setup
 	$(VENV)/bin/loopscale demo
 
 test: setup
+	bash scripts/browser_deps.sh
 	bash scripts/test.sh
 
 lint: $(STAMP)

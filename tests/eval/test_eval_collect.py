@@ -7,7 +7,7 @@ import math
 
 import pyarrow.parquet as pq
 
-from loopscale.report.build import _axis_task_lists
+from loopscale.report.axes import axis_task_lists
 from loopscale.report.document import Table
 from loopscale.sweep.collect import _axis_losses
 from loopscale.sweep.results import _INT_COLUMNS, RESULT_COLUMNS, read_results, write_results
@@ -33,7 +33,7 @@ def test_axis_task_lists_travel_from_eval_json_to_the_report(tmp_path):
     back = read_results(csv_path)
     assert [r.get("tasks_parametric_knowledge") for r in back] == ["triviaqa* nq_open", "triviaqa*", None]
     assert pq.read_table(parquet_path).column("tasks_parametric_knowledge").to_pylist()[2] is None
-    note, table = _axis_task_lists(back)
+    note, table = axis_task_lists(back)
     assert "* marks data that differ" in note and isinstance(table, Table)
     assert sorted(table.rows) == [["math_word_problems", "–", "svamp, asdiv, mawps", "2"],
                                   ["parametric_knowledge", "triviaqa*", "nq_open, webquestions", "1"],
@@ -46,7 +46,7 @@ def test_axis_standard_errors_and_correlations_reach_the_report(tmp_path):
     over axes with data) with the validation loss."""
     import statistics
 
-    from loopscale.report.build import _axes_section
+    from loopscale.report.axes import axes_section
 
     rows = []
     for i, (val, knowledge, symbolic) in enumerate([(3.0, 4.1, 5.0), (3.2, 4.4, 4.9), (3.5, 4.6, 5.3),
@@ -66,7 +66,7 @@ def test_axis_standard_errors_and_correlations_reach_the_report(tmp_path):
     back = read_results(csv_path)
     assert back[0]["se_axis_parametric_knowledge"] == 0.02
     assert math.isnan(back[0]["se_axis_math_word_problems"])
-    section = _axes_section(back)
+    section = axes_section(back)
     table = section.blocks[1]
     assert table.rows[0][4:] == ["5.0000 ± 0.0500", "–", "4.1000 ± 0.0200"]
     gaps = section.blocks[3]  # r = 4 minus r = 1 at each budget, ± the SE of the difference

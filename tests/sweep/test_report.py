@@ -23,18 +23,14 @@ import pytest
 from loopscale.cli import main
 from loopscale.fit.labels import flops_label
 from loopscale.fit.plots import FIGURES
-from loopscale.report.build import (
-    _design_checks_section,
-    _intervals_text,
-    _law_check_section,
-    _law_verdict,
-    _minima_section,
-    _paper_comparison,
-    axis_figure,
-    summary_line,
-)
-from loopscale.report.build import _lead as lead_blocks
+from loopscale.report.allocation import minima_section
+from loopscale.report.axes import axis_figure
+from loopscale.report.design_checks import design_checks_section
 from loopscale.report.document import Document, Section
+from loopscale.report.formatting import intervals_text
+from loopscale.report.law_check import law_check_section
+from loopscale.report.result import paper_comparison
+from loopscale.report.verdict import law_verdict, lead_blocks, summary_line
 
 from .helpers import LAW, law_loss, synthetic_sweep
 
@@ -138,21 +134,22 @@ def test_report_leads_with_the_verdict_and_bolds_an_identified_phi(reported):
     assert (fit.get("law_check") or {}).get("verdict") != "rejected"  # the runs follow the law exactly
     md = (root / "report" / "report.md").read_text()
     lead = _lead(md)
-    assert lead[0].startswith(f"**Verdict:** {_law_verdict(fit)}")
+    assert lead[0].startswith(f"**Verdict:** {law_verdict(fit)}")
     bold_phi = f"**φ = {fit['fit']['phi']:.3f}**"
     phi_paragraph = next(p for p in lead if bold_phi in p)
     assert "bootstrap 95% CI [" in phi_paragraph or "95% CI [" in phi_paragraph
     assert "profile-likelihood 95% interval [" in phi_paragraph  # the two intervals side by side
-    assert any(p.startswith("Count-model baselines") and "not available" in p for p in lead)  # no dataset
+    summary = _section(md, "Summary").split("\n\n")  # right under the key figures
+    assert any(p.startswith("Count-model baselines") and "not available" in p for p in summary)  # no dataset
     assert any(
-        p.startswith(f"R² = {fit['fit']['r2']:.4f} (raw losses, nats) beside the objective") for p in lead
+        p.startswith(f"R² = {fit['fit']['r2']:.4f} (raw losses, nats) beside the objective") for p in summary
     )
     # each thing once (above the verbatim fit output at the end): φ and its intervals, R² note, verdict
     text = md.split("\n## Full fit output")[0]
     assert text.count(bold_phi) == 1
-    assert text.count(_intervals_text(fit)) == 1
+    assert text.count(intervals_text(fit)) == 1
     assert text.count(fit["diagnostics"]["objective_note"]) == 1
-    assert text.count(_law_verdict(fit)) == 1
+    assert text.count(law_verdict(fit)) == 1
     assert "\n## Law check\n" in md and md.index("## Law check") < md.index("## Result")
     result = _section(md, "Result")
     assert "| block bootstrap (percentile) | 95% |" in result or "| 95% |" in result
@@ -160,8 +157,8 @@ def test_report_leads_with_the_verdict_and_bolds_an_identified_phi(reported):
     assert "Compared with the paper (φ = 0.459, 95% CI [0.41, 0.53]" in result
     assert "lies inside" not in md and "lies outside" not in md
     page = (root / "report" / "report.html").read_text()
-    assert page.index("<b>Verdict:</b>") < page.index("<h2>")
-    assert f"<b>φ = {fit['fit']['phi']:.3f}</b>" in page
+    assert page.index("<strong>Verdict:</strong>") < page.index("<h2>")
+    assert f"<strong>φ = {fit['fit']['phi']:.3f}</strong>" in page and "**" not in page
 
 
 def test_unidentified_phi_is_flagged_never_bold_and_not_compared_with_the_paper(unidentified):
@@ -171,13 +168,13 @@ def test_unidentified_phi_is_flagged_never_bold_and_not_compared_with_the_paper(
     assert diag["phi_identified"] is False and diag["reasons"]
     md = (root / "report" / "report.md").read_text()
     lead = _lead(md)
-    assert lead[0].startswith(f"**Verdict:** {_law_verdict(fit)}")
+    assert lead[0].startswith(f"**Verdict:** {law_verdict(fit)}")
     assert any(f"φ = {fit['fit']['phi']:.3f} (not identified)" in p for p in lead[:2])
     for reason in diag["reasons"]:
         assert f"- {reason}" in md
     assert not [span for span in _bold_spans(md) if "φ" in span and "=" in span]
     page = (root / "report" / "report.html").read_text()
-    assert not re.search(r"<b>[^<]*φ =", page)
+    assert not re.search(r"<strong>[^<]*φ =", page)
     assert "lies inside" not in md and "Compared with the paper" not in md
     assert "No comparison with the paper" in _section(md, "Result")
     assert "not a finding" in _section(md, "Result")  # loop worth / equivalence only as an illustration
@@ -189,7 +186,7 @@ def test_report_cli_line_leads_with_the_verdict(unidentified):
     root, _, stdout = unidentified
     line = stdout.strip()
     doc = json.loads((root / "report" / "fit.json").read_text())
-    assert len(line.splitlines()) == 1 and line.startswith(_law_verdict(doc).rstrip(".") + ". phi = ")
+    assert len(line.splitlines()) == 1 and line.startswith(law_verdict(doc).rstrip(".") + ". phi = ")
     assert re.search(r"phi = -?\d\.\d{3} \((constant-φ law, rejected; )?not identified; ", line)
     assert "bigram table not available [sweep demo]" in line  # the sweep has no dataset
     assert "φ is identified" not in line
@@ -217,7 +214,7 @@ def test_minima_table_gives_a_vertex_only_where_it_is_bracketed(reported):
     doc["cell_minima"][1].update(
         bracketed=False, n_star=None, loss_star=None, reason="vertex above the widest"
     )
-    md = Document("t", sections=[_minima_section(doc)]).markdown(root)
+    md = Document("t", sections=[minima_section(doc)]).markdown(root)
     rows = [line for line in md.splitlines() if line.startswith("| ") and "FLOPs" not in line]
     assert "| 12.3K | 3.2100 |" in rows[0]
     # a vertex whose lowest run sits at an end of the widths says so, and is not counted as bracketed by runs
@@ -267,8 +264,9 @@ def test_report_writes_every_figure(reported):
     plots = root / "report" / "plots"
     for name in FIGURES:
         assert (plots / f"{name}.png").exists() and (plots / f"{name}.svg").exists(), name
+    assert (plots / "phi_per_budget.svg").exists() and (plots / "axes.svg").exists()
     page = (root / "report" / "report.html").read_text()
-    assert len(re.findall(r"<img ", page)) == len(FIGURES) + 1  # + the axes plot
+    assert len(re.findall(r"<figure>", page)) == len(FIGURES) + 2  # + φ per budget and the axes plot
 
 
 def test_markdown_tables_escape_pipes(tmp_path):
@@ -281,10 +279,11 @@ def test_markdown_tables_escape_pipes(tmp_path):
 def test_report_html_is_self_contained_with_embedded_plots(reported):
     root, _ = reported
     page = (root / "report" / "report.html").read_text()
-    images = re.findall(r'<img [^>]*src="([^"]+)"', page)
-    assert len(images) >= len(FIGURES)  # collapse, loop tax, iso-FLOP, profile, bootstrap, … (+ axes)
-    assert all(src.startswith("data:image/png;base64,") for src in images)
-    assert not re.search(r'(src|href)="(?!data:)', page)  # nothing fetched from elsewhere
+    figures = re.findall(r"<figure>(.*?)</figure>", page, re.DOTALL)
+    assert len(figures) >= len(FIGURES)  # collapse, loop tax, iso-FLOP, profile, bootstrap, … (+ axes)
+    assert all(figure.startswith("<svg ") for figure in figures)  # inlined, crisp, its text searchable
+    assert not re.search(r'(src|href)="(?!data:|#)', page)  # nothing fetched from elsewhere
+    assert "<script src" not in page and "@import" not in page and "url(http" not in page
     assert "axis continuation loss against validation loss" in page
     assert (root / "report" / "plots" / "axes.png").exists()
 
@@ -299,7 +298,7 @@ def test_report_summary_line(tmp_path, capsys):
     line = capsys.readouterr().out.strip()
     doc = json.loads((tmp_path / "r" / "fit.json").read_text())
     assert len(line.splitlines()) == 1
-    assert line.startswith(_law_verdict(doc).rstrip(".") + ". phi = 0.5")  # the law check first
+    assert line.startswith(law_verdict(doc).rstrip(".") + ". phi = 0.5")  # the law check first
     assert re.search(
         r"\. phi = 0\.5\d\d \((bootstrap 95% CI|95% CI) \[0\.\d+, 0\.\d+\].*, profile-likelihood 95% "
         r"interval \[0\.\d+, 0\.\d+\]\), R² = 1\.0000, 18 of 18 runs fitted, bigram table not available",
@@ -361,8 +360,8 @@ def test_report_states_the_count_baselines_beside_the_runs(tmp_path, tiny_datase
     doc = json.loads((root / "report" / "fit.json").read_text())
     assert doc["baselines"]["values"] == expected.to_dict()
     below = sum(law_loss(r.n_once, r.n_rec, r.r, r.tokens) < expected.bigram for r in runs)
-    lead = _lead((root / "report" / "report.md").read_text())
-    baseline = next(p for p in lead if p.startswith("Baselines on the same 256 validation tokens"))
+    summary = _section((root / "report" / "report.md").read_text(), "Summary").split("\n\n")
+    baseline = next(p for p in summary if p.startswith("Baselines on the same 256 validation tokens"))
     assert f"a unigram table scores {expected.unigram:.3f} nats" in baseline
     assert f"{below} of {len(runs)} finished runs are below the bigram table" in baseline
     # the CLI's (and the demo's) last line says it too
@@ -371,7 +370,7 @@ def test_report_states_the_count_baselines_beside_the_runs(tmp_path, tiny_datase
 
 
 def test_machine_use_takes_the_union_of_run_spans_and_the_overhead():
-    from loopscale.report.build import machine_use
+    from loopscale.report.machine import machine_use
 
     def row(start, end, wall, train, flops=1e9, tokens=1000):
         return {
@@ -394,7 +393,7 @@ def test_machine_use_takes_the_union_of_run_spans_and_the_overhead():
     assert untimed["utilisation"] is None and untimed["overhead_share"] == pytest.approx(1 - 30 / 35)
 
 
-# --- the law check (issue 19) from hand-written fit.json sections following its schema ------------------
+# --- the law check from hand-written fit.json sections following its schema ------------------
 
 HEADLINE = "one constant φ is rejected: φ falls 0.52 per decade of compute; per budget 0.72 → 0.20"
 BUDGETS = [2.5e12, 4.3e12, 7.3e12, 1.25e13]
@@ -457,9 +456,9 @@ def fitted_doc(reported):
 
 def _render(doc: dict, tmp_path) -> tuple[list, str, str]:
     """(lead blocks, first screen as Markdown, the Law check section as Markdown)."""
-    lead = lead_blocks(doc, 18, 18, "Baselines: none here.")
+    lead = lead_blocks(doc)
     first = Document("t", lead=lead).markdown(tmp_path)
-    section = Document("t", sections=[_law_check_section(doc)]).markdown(tmp_path)
+    section = Document("t", sections=[law_check_section(doc)]).markdown(tmp_path)
     return lead, first, section
 
 
@@ -474,7 +473,7 @@ def test_a_rejected_law_leads_with_its_headline_and_never_calls_phi_identified(f
     assert "budget halves: low 0.60 [0.54, 0.73], high 0.26 [-0.09, 0.52]" in lead[1]
     assert not [span for span in _bold_spans(first) if "φ" in span]
     assert "identified" not in first
-    assert "No comparison with the paper" in _paper_comparison(doc)
+    assert "No comparison with the paper" in paper_comparison(doc)
     line = summary_line(doc, 18, 18, [], "laptop", (4, 18, 4.078))
     assert line.startswith(HEADLINE + ". phi = ") and "constant-φ law, rejected" in line
     assert "identified" not in line
@@ -589,9 +588,9 @@ def _checks(section: Section, tmp_folder) -> dict[str, list[str]]:
 
 
 def test_design_checks_show_each_target_with_its_measured_value(tmp_path):
-    """Issue 19: where a design goal is missed, the report says by how much (the measured value beside the
+    """Where a design goal is missed, the report says by how much (the measured value beside the
     target) and where (the cells, the runs); the selected form's RMSE and top-budget leave-out are used."""
-    section = _design_checks_section(_design_doc("phi-trend-c", 0.015, 0.025), _design_rows(), (2, 4, 4.01))
+    section = design_checks_section(_design_doc("phi-trend-c", 0.015, 0.025), _design_rows(), (2, 4, 4.01))
     checks = _checks(section, tmp_path)
     assert checks["same widths at every budget (budget and width not confounded)"] == [
         "widths 16, 32 at all 2 budgets", "yes", "yes"]  # fmt: skip
@@ -612,14 +611,14 @@ def test_design_checks_show_each_target_with_its_measured_value(tmp_path):
 
 def test_design_checks_name_a_confounded_grid_and_a_structured_misfit(tmp_path):
     doc = _design_doc("paper", 0.015, 0.025)
-    checks = _checks(_design_checks_section(doc, _design_rows((32, 64)), None), tmp_path)
+    checks = _checks(design_checks_section(doc, _design_rows((32, 64)), None), tmp_path)
     assert checks["same widths at every budget (budget and width not confounded)"] == [
         "1e12: [16, 32]; 4e12: [32, 64]", "yes", "**no**"]  # fmt: skip
     assert checks["residual RMSE under the selected form (the paper's law)"][-1] == "**no**"  # 5 σ
     top = checks["top budget (4e12) left out, predicted by the paper's law"]
     assert top[0] == "RMSE 0.5000 nats = 50.0 σ"
     assert not any(k.startswith("runs below") for k in checks)  # no baselines: no row, no guess
-    notes = "\n".join(_design_checks_section(doc, _design_rows(), None).blocks[-1].items)
+    notes = "\n".join(design_checks_section(doc, _design_rows(), None).blocks[-1].items)
     assert "r × width group means explain 70%" in notes
 
 

@@ -17,6 +17,8 @@ from loopscale.fit.compare import PAPER_EFFECTS, make_arms
 from loopscale.fit.labels import flops_label
 from loopscale.fit.table import RunTable
 from loopscale.report.document import Bullets, Image, Section, Table
+from loopscale.report.figures import caption, save_figure
+from loopscale.report.formatting import num
 
 
 def paper_effect(name: str) -> tuple[str, float] | None:
@@ -30,22 +32,20 @@ def paper_effect(name: str) -> tuple[str, float] | None:
 
 def case_study(
     base: RunTable, variant: RunTable, name: str, out_dir: Path, **settings
-) -> tuple[dict, Section]:
-    """Run ``compare_arms`` and build the section and its figures (written under ``out_dir``)."""
+) -> tuple[dict, Section, Image]:
+    """Run ``compare_arms``; (compare.json's content, the section, the Δφ-per-budget figure for the first
+    screen), the figures written under ``out_dir``."""
     doc = compare_arms(base, variant, name=name, **settings)
-    arms = make_arms(base, variant)
-    figures = [
-        delta_phi_figure(doc, out_dir / "delta_phi_per_budget"),
-        isoflop_arms_figure(arms, out_dir / "isoflop_arms"),
-    ]
-    return to_json(doc), _section(doc, figures)
+    delta_phi = delta_phi_figure(doc, out_dir / "delta_phi_per_budget")
+    arms = isoflop_arms_figure(make_arms(base, variant), out_dir / "isoflop_arms")
+    return to_json(doc), _section(doc, arms), Image(delta_phi, caption(delta_phi))
 
 
 def _ci(ci) -> str:
     return "–" if ci is None else f"[{ci[0]:+.3f}, {ci[1]:+.3f}]"
 
 
-def _section(doc: dict, figures: list[Path]) -> Section:
+def _section(doc: dict, arms_figure: Path) -> Section:
     d, s = doc["delta_phi"], doc["delta_phi_separate"]
     effect = paper_effect(doc["name"])
     blocks: list = [f"**{doc['verdict']}**"]
@@ -107,27 +107,14 @@ def _section(doc: dict, figures: list[Path]) -> Section:
             _optimum_rows(doc),
         )
     )
-    blocks += [Image(p.with_suffix(".png"), _CAPTIONS[p.stem]) for p in figures]
+    blocks.append(Image(arms_figure, caption(arms_figure)))
     return Section(f"Case study: {doc['name']} against its base", blocks)
-
-
-_CAPTIONS = {
-    "delta_phi_per_budget": "Δφ per budget (both arms refitted at each budget with E, α, β of the pooled "
-    "shared fit held; run-bootstrap 95% CIs); band: the pooled shared estimate and its interval; dashed: the "
-    "paper's effect for this case study.",
-    "isoflop_arms": "Iso-FLOP curves of both arms, one panel per budget: loss against N, colour by r; "
-    "filled markers and solid lines the base, open markers and dashed lines the variant (r = 1: the shared "
-    "anchors).",
-}
 
 
 def _optimum_rows(doc: dict) -> list[list[str]]:
     tax = {
         arm: {(g["budget"], g["r"]): g["gap"] for g in doc["loop_tax"][arm]} for arm in ("base", "variant")
     }
-
-    def num(x, fmt):
-        return "–" if x is None else fmt.format(x)
 
     return [
         [
@@ -143,16 +130,6 @@ def _optimum_rows(doc: dict) -> list[list[str]]:
     ]
 
 
-def _save(fig, stem: Path) -> Path:
-    from loopscale.fit.plots import _save as save_figure
-
-    save_figure(fig, stem.parent, stem.name)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return stem
-
-
 def delta_phi_figure(doc: dict, stem: Path) -> Path:
     import matplotlib
 
@@ -161,7 +138,7 @@ def delta_phi_figure(doc: dict, stem: Path) -> Path:
 
     rows = [row for row in doc["per_budget"] if row["delta_phi"] is not None]
     d = doc["delta_phi"]
-    fig, ax = plt.subplots(figsize=(6.0, 3.6))
+    fig, ax = plt.subplots(figsize=(8.0, 4.2))
     x = np.arange(len(rows))
     if d["ci"] is not None:
         ax.axhspan(d["ci"][0], d["ci"][1], color="tab:blue", alpha=0.15, label="pooled shared Δφ, 95% CI")
@@ -179,7 +156,7 @@ def delta_phi_figure(doc: dict, stem: Path) -> Path:
     ax.set_ylabel("Δφ (variant − base)")
     ax.set_title(f"{doc['name']}: Δφ per budget")
     ax.legend(fontsize=7, loc="best")
-    return _save(fig, stem)
+    return save_figure(fig, stem)
 
 
 def isoflop_arms_figure(arms, stem: Path) -> Path:
@@ -220,4 +197,4 @@ def isoflop_arms_figure(arms, stem: Path) -> Path:
     ]
     fig.legend(handles=handles, loc="center right", fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0, 0.88, 1))
-    return _save(fig, stem)
+    return save_figure(fig, stem)

@@ -1,11 +1,17 @@
-"""A tiny document model rendered twice: Markdown (report.md, images linked) and self-contained HTML
-(report.html, PNG images embedded as base64 data URIs, no external files or scripts)."""
+"""The report's document model, rendered twice: Markdown (report.md, PNG figures linked) and one
+self-contained HTML page (report.html from the Jinja2 template ``templates/report.html.j2``: SVG figures
+inlined, PNG where no SVG exists embedded as a data URI, nothing fetched from elsewhere).
+
+Text in paragraphs, bullets, table cells and captions is Markdown inline syntax (``**bold**``, ```code```,
+``[link](target)``); the HTML renders it with markdown-it (raw HTML in the text is escaped), so no Markdown
+marker reaches the page."""
 
 from __future__ import annotations
 
 import base64
-import html
+import re
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 from loopscale.published import path_from
@@ -19,7 +25,7 @@ class Table:
 
 @dataclass
 class Image:
-    path: Path  # a PNG file
+    path: Path  # a PNG file; report.html shows the SVG beside it (same stem) when there is one
     caption: str
 
 
@@ -30,92 +36,61 @@ class Pre:
 
 @dataclass
 class Bullets:
-    items: list[str]  # one paragraph each (Markdown **bold** and `code` allowed)
+    items: list[str]  # one paragraph each (Markdown inline syntax)
 
 
 @dataclass
 class Section:
     title: str
     blocks: list = field(default_factory=list)  # str (a paragraph), Bullets, Table, Image, Pre
+    collapsed: bool = False  # report.html: the section starts closed (the run table, the fit output)
 
 
 @dataclass
 class Document:
+    """``lead``: the verdict paragraphs under the title; ``headline``: the table of headline numbers;
+    ``key_figures``: the figures of the first screen; then the sections in order."""
+
     title: str
-    lead: list = field(default_factory=list)  # blocks under the title, before any section (the verdict)
+    lead: list = field(default_factory=list)
+    headline: Table | None = None
+    key_figures: list[Image] = field(default_factory=list)
     sections: list[Section] = field(default_factory=list)
 
     def markdown(self, base: Path) -> str:
         """Markdown with image links relative to ``base`` (the folder report.md is written to)."""
         out = [f"# {self.title}", ""]
-        for title, blocks in [(None, self.lead), *((s.title, s.blocks) for s in self.sections)]:
+        first = [*self.lead, *([self.headline] if self.headline else []), *self.key_figures]
+        for title, blocks in [(None, first), *((s.title, s.blocks) for s in self.sections)]:
             if title is not None:
                 out += [f"## {title}", ""]
             for block in blocks:
-                if isinstance(block, str):
-                    out += [block, ""]
-                elif isinstance(block, Bullets):
-                    out += [f"- {item}" for item in block.items] + [""]
-                elif isinstance(block, Table):
-                    out.append("| " + " | ".join(map(_cell, block.header)) + " |")
-                    out.append("|" + "---|" * len(block.header))
-                    out += ["| " + " | ".join(map(_cell, row)) + " |" for row in block.rows]
-                    out.append("")
-                elif isinstance(block, Image):
-                    caption = block.caption.replace("*", "\\*")  # L*, N* must not end the italics
-                    out += [f"![{block.caption}]({path_from(base, block.path)})", f"*{caption}*", ""]
-                elif isinstance(block, Pre):
-                    out += ["```", block.text.rstrip("\n"), "```", ""]
+                out += _markdown_block(block, base) + [""]
         return "\n".join(out)
 
     def html(self) -> str:
-        """One self-contained HTML page: every image is embedded, nothing is fetched."""
-        esc = html.escape
-        body = [f"<h1>{esc(self.title)}</h1>"]
-        for title, blocks in [(None, self.lead), *((s.title, s.blocks) for s in self.sections)]:
-            if title is None:
-                body.append('<div class="lead">')
-            else:
-                body.append(f"<h2>{esc(title)}</h2>")
-            for block in blocks:
-                if isinstance(block, str):
-                    body.append(f"<p>{_inline(block)}</p>")
-                elif isinstance(block, Bullets):
-                    body.append(
-                        "<ul>" + "".join(f"<li>{_inline(item)}</li>" for item in block.items) + "</ul>"
-                    )
-                elif isinstance(block, Table):
-                    head = "".join(f"<th>{_inline(str(h))}</th>" for h in block.header)
-                    rows = "".join(
-                        "<tr>" + "".join(f"<td>{_inline(str(c))}</td>" for c in row) + "</tr>"
-                        for row in block.rows
-                    )
-                    body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
-                elif isinstance(block, Image):
-                    data = base64.b64encode(block.path.read_bytes()).decode("ascii")
-                    body.append(
-                        f'<figure><img alt="{esc(block.caption)}" src="data:image/png;base64,{data}">'
-                        f"<figcaption>{esc(block.caption)}</figcaption></figure>"
-                    )
-                elif isinstance(block, Pre):
-                    body.append(f"<pre>{esc(block.text)}</pre>")
-            if title is None:
-                body.append("</div>")
-        return (
-            '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f"<title>{esc(self.title)}</title><style>{_CSS}</style></head><body>\n"
-            + "\n".join(body)
-            + "\n</body></html>\n"
-        )
+        """One self-contained HTML page: every figure is inlined, nothing is fetched."""
+        anchors = _anchors([s.title for s in self.sections])
+        return _template().render(doc=self, sections=list(zip(anchors, self.sections)))
 
 
-_CSS = (
-    "body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;line-height:1.45}"
-    "table{border-collapse:collapse;margin:1rem 0}td,th{border:1px solid #bbb;padding:.25rem .6rem;"
-    "text-align:right}th{background:#f0f0f0}"
-    ".lead{font-size:1.1rem;border-left:4px solid #888;padding-left:1rem}"
-    "figure{margin:1rem 0}img{max-width:100%}pre{background:#f6f6f6;padding:.6rem;overflow-x:auto}"
-)
+def _markdown_block(block, base: Path) -> list[str]:
+    if isinstance(block, str):
+        return [block]
+    if isinstance(block, Bullets):
+        return [f"- {item}" for item in block.items]
+    if isinstance(block, Table):
+        return [
+            "| " + " | ".join(map(_cell, block.header)) + " |",
+            "|" + "---|" * len(block.header),
+            *("| " + " | ".join(map(_cell, row)) + " |" for row in block.rows),
+        ]
+    if isinstance(block, Image):
+        caption = block.caption.replace("*", "\\*")  # L*, N* must not end the italics
+        return [f"![{block.caption}]({path_from(base, block.path)})", f"*{caption}*"]
+    if isinstance(block, Pre):
+        return ["```", block.text.rstrip("\n"), "```"]
+    raise TypeError(f"not a report block: {block!r}")
 
 
 def _cell(text: str) -> str:
@@ -123,9 +98,64 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|")
 
 
-def _inline(text: str) -> str:
-    """Escape a paragraph and turn Markdown **bold** and `code` into HTML."""
-    parts = html.escape(text).split("**")
-    text = "".join(f"<b>{p}</b>" if i % 2 else p for i, p in enumerate(parts))
-    parts = text.split("`")
-    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+def _anchors(titles: list[str]) -> list[str]:
+    """One HTML id per section title: its first words in lower case, joined by '-', made unique."""
+    seen: set[str] = set()
+    out = []
+    for title in titles:
+        words = re.findall(r"\w+", title.split("(")[0].lower())
+        anchor = "-".join(words[:5]) or "section"
+        while anchor in seen:
+            anchor += "-2"
+        seen.add(anchor)
+        out.append(anchor)
+    return out
+
+
+@cache
+def _template():
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("loopscale.report", "templates"),
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters["inline"] = inline_html
+    env.filters["figure"] = figure_html
+    env.tests["table"] = lambda block: isinstance(block, Table)
+    env.tests["bullets"] = lambda block: isinstance(block, Bullets)
+    env.tests["image"] = lambda block: isinstance(block, Image)
+    env.tests["pre"] = lambda block: isinstance(block, Pre)
+    return env.get_template("report.html.j2")
+
+
+@cache
+def _markdown_it():
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"html": False})  # raw HTML in report text is shown, not run
+
+
+def inline_html(text) -> str:
+    """Markdown inline syntax (bold, code, links) of one paragraph or table cell as HTML (Markup)."""
+    from markupsafe import Markup
+
+    return Markup(_markdown_it().renderInline(str(text)))
+
+
+_SVG_PROLOGUE = re.compile(r"\A(?:\s*<\?xml[^>]*\?>|\s*<!DOCTYPE[^>]*>)*\s*", re.DOTALL)
+
+
+def figure_html(image: Image) -> str:
+    """The figure's SVG inline (crisp, its text searchable) or, without one, its PNG as a data URI."""
+    from markupsafe import Markup, escape
+
+    svg = image.path.with_suffix(".svg")
+    if svg.is_file():
+        text = _SVG_PROLOGUE.sub("", svg.read_text())
+        return Markup(text.replace("<svg ", f'<svg role="img" aria-label="{escape(image.caption)}" ', 1))
+    data = base64.b64encode(image.path.read_bytes()).decode("ascii")
+    return Markup(f'<img alt="{escape(image.caption)}" src="data:image/png;base64,{data}">')

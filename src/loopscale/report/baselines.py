@@ -1,0 +1,55 @@
+"""Count-model baselines of a sweep's validation tokens (unigram / bigram cross-entropy, nats) and how many
+runs beat the bigram table: a φ measured on runs worse than it is about token statistics, not language."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from loopscale.errors import UserError
+from loopscale.published import path_from, relative_text
+from loopscale.report.formatting import finished_runs
+
+
+def dataset_baseline_losses(spec, folder: Path) -> dict:
+    """Unigram/bigram cross-entropy of the sweep's validation tokens, or why they are not available; the
+    dataset path relative to the report ``folder`` (a published report names no machine path)."""
+    from loopscale.data.baselines import dataset_baselines
+    from loopscale.data.dataset import PackedDataset
+    from loopscale.train.config import DEFAULT_DATASET
+
+    data = (spec.train or {}).get("data") or {}
+    path = data.get("path") or DEFAULT_DATASET
+    try:
+        ds = PackedDataset(path)
+        val_tokens = data.get("val_tokens") or ds.num_rows("val") * ds.seq_len
+        values = dataset_baselines(path, int(val_tokens))
+    except UserError as exc:
+        return {"values": None, "note": f"not available: {relative_text(str(exc), folder)}"}
+    return {"values": values.to_dict(), "dataset": path_from(folder, path), "note": None}
+
+
+def below_bigram_counts(baselines: dict, rows: list[dict]) -> tuple[int, int, float] | None:
+    """(finished runs below the bigram table, finished runs, the bigram table's loss in nats), or None
+    when the baselines are not available."""
+    values = baselines["values"]
+    if values is None:
+        return None
+    losses = [row["loss"] for row in finished_runs(rows)]
+    return sum(loss < values["bigram"] for loss in losses), len(losses), values["bigram"]
+
+
+def baseline_statement(baselines: dict, below_bigram: tuple[int, int, float] | None) -> str:
+    values = baselines["values"]
+    if values is None:
+        return f"Count-model baselines (unigram / bigram loss of the validation tokens) {baselines['note']}"
+    below, finished, _ = below_bigram
+    return (
+        f"Baselines on the same {values['val_tokens']:,} validation tokens: a unigram table scores "
+        f"{values['unigram']:.3f} nats and a bigram table (Witten–Bell) {values['bigram']:.3f} nats; "
+        f"{below} of {finished} finished runs are below the bigram table"
+        + (
+            "."
+            if below == finished
+            else ": a run above it has learned less than token-pair statistics, so read φ with that in mind."
+        )
+    )

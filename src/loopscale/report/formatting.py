@@ -1,0 +1,78 @@
+"""Numbers and intervals as the report writes them (shared by its sections): table cells, φ's intervals
+with the method that made them, and the tests of the law check's verdict. Losses in nats."""
+
+from __future__ import annotations
+
+import math
+
+from loopscale.fit.labels import interval_text
+from loopscale.fit.plots import method_name
+
+SYMBOL = {"alpha": "α", "beta": "β", "phi": "φ"}
+
+
+def num(value, fmt="{:.0f}") -> str:
+    """A table cell: ``fmt`` (a format string or a function such as ``flops_label``) of a finite number,
+    "–" for anything else (None, NaN, text)."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return "–"
+    if not math.isfinite(value):
+        return "–"
+    return fmt(value) if callable(fmt) else fmt.format(value)
+
+
+def ci_text(ci, digits: int = 3) -> str:
+    """An interval from fit.json, "[–]" when it is missing or has a missing end."""
+    if not ci or len(ci) != 2 or any(v is None for v in ci):
+        return "[–]"
+    return interval_text(ci, digits=digits)
+
+
+def finished_runs(rows: list[dict]) -> list[dict]:
+    """The rows of runs that finished with a finite loss."""
+    return [row for row in rows if row.get("status") == "ok" and math.isfinite(row.get("loss", math.nan))]
+
+
+def identified(doc) -> bool:
+    return doc["diagnostics"]["phi_identified"] is True
+
+
+def rejected(doc) -> bool:
+    return (doc.get("law_check") or {}).get("verdict") == "rejected"
+
+
+def level(doc) -> str:
+    boot = doc["bootstrap"]
+    return f"{100 * boot['level']:.0f}%" if boot else "95%"
+
+
+def intervals_text(doc, digits: int = 3) -> str:
+    """The intervals for φ the protocol computed, side by side: ``ci.phi`` (named by ``ci.phi_method``, the
+    block bootstrap when fit.json names none), then the profile-likelihood interval."""
+    parts = [main_interval_text(doc, digits)] if doc["ci"].get("phi") else []
+    prof = doc["profile"]
+    if prof:
+        parts.append(
+            f"profile-likelihood {100 * prof['level']:.0f}% interval "
+            f"{interval_text(prof['interval'], prof['open'], digits=digits)}"
+        )
+    return ", ".join(parts)
+
+
+def ci_method(doc) -> str | None:
+    """How ``ci.phi`` was made (fit.json ``ci_method``, e.g. "random_effects_bootstrap"); None for the cell
+    block bootstrap, the only interval before the law check."""
+    method = doc["ci"].get("phi_method") or doc.get("ci_method")
+    return None if method in (None, "cell_bootstrap") else str(method)
+
+
+def main_interval_text(doc, digits: int = 3) -> str:
+    """``ci.phi``: "95% CI [lo, hi] (random-effects bootstrap)", or "bootstrap 95% CI [lo, hi]" when it is
+    the cell block bootstrap's."""
+    interval = interval_text(doc["ci"]["phi"], digits=digits)
+    method = ci_method(doc)
+    if method is None:
+        return f"bootstrap {level(doc)} CI {interval}"
+    return f"{level(doc)} CI {interval} ({method_name(method)})"

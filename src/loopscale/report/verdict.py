@@ -1,0 +1,163 @@
+"""The first screen of a report and the CLI's one line: the law check's verdict, φ with its intervals (bold
+only when identified by a law the law check does not reject), the table of headline numbers, and the summary
+under the key figures (why φ is not identified, the count baselines, the fit quality). Losses in nats."""
+
+from __future__ import annotations
+
+import re
+
+from loopscale.fit.labels import flops_label
+from loopscale.report.document import Bullets, Section, Table
+from loopscale.report.formatting import ci_text, intervals_text, main_interval_text, num, rejected
+
+
+def law_verdict(doc) -> str:
+    """The first sentence of the report and of the CLI line: what the law check (fit.json
+    ``law_check``) says about the law, without φ. Rejected: its headline, the strongest evidence."""
+    check = doc.get("law_check")
+    if check is None:
+        return "law not checked (fit.json predates the law check)"
+    reasons = "; ".join(r for r in check.get("reasons") or [] if r)
+    verdict = check.get("verdict")
+    if verdict == "rejected":
+        return check.get("headline") or f"the law is rejected: {reasons or 'no reason recorded'}"
+    if verdict == "holds":  # its headline without φ, which the report gives with its interval next
+        headline = re.split(r";\s*(?:phi|φ)\s*=", check.get("headline") or "")[0].strip()
+        return headline or "the law holds on these runs (no test of the law check rejects it)"
+    return f"the law could not be checked: {reasons or check.get('headline') or 'no reason recorded'}"
+
+
+def per_budget_text(check: dict) -> str:
+    """φ per budget with its CI and per budget half (the law check's refits), one phrase."""
+    items = [
+        f"C = {flops_label(row['budget'])}: {num(row.get('phi'), '{:.2f}')} {ci_text(row.get('ci'), 2)}"
+        for row in check.get("per_budget_phi") or []
+    ]
+    halves = check.get("halves") or {}
+    text = "per budget " + "; ".join(items) if items else "no per-budget φ"
+    half_items = [
+        f"{name} {num(h.get('phi'), '{:.2f}')} {ci_text(h.get('ci'), 2)}" for name, h in halves.items() if h
+    ]
+    if half_items:
+        text += "; budget halves: " + ", ".join(half_items)
+    return text
+
+
+def summary_line(
+    doc, fitted: int, planned: int, skipped, sweep: str, bigram: tuple[int, int, float] | None = None
+) -> str:
+    """The CLI's one line (the last line of ``loopscale report`` and ``loopscale demo``): the law check's
+    verdict first, then φ (marked when the constant-φ law is rejected or φ is not identified) with its
+    intervals, R², the runs fitted and how many runs are below the bigram table (``bigram`` = (below,
+    finished runs, its loss in nats); None when the baselines are not available)."""
+    fit = doc["fit"]
+    line = law_verdict(doc).rstrip(".") + ". "
+    phi = fit.get("phi")  # absent for the plain Chinchilla law
+    if phi is not None:
+        details = [intervals_text(doc) or "no interval computed"]
+        if doc["diagnostics"]["phi_identified"] is False:
+            details.insert(0, "not identified")
+        if rejected(doc):
+            details.insert(0, "constant-φ law, rejected")
+        line += f"phi = {phi:.3f} ({'; '.join(details)}), "
+    if bigram is None:
+        beside = "bigram table not available"
+    else:
+        below, finished, loss = bigram
+        beside = f"{below} of {finished} runs below the bigram table ({loss:.3f} nats)"
+    return (
+        line
+        + f"R² = {fit['r2']:.4f}, {fitted} of {planned} runs fitted"
+        + (f", {len(skipped)} left out" if skipped else "")
+        + f", {beside} [sweep {sweep}]"
+    )
+
+
+def phi_statement(doc) -> str:
+    """φ with its intervals: bold only when identified by a law the law check does not reject; plain with
+    "(not identified)" when the protocol says so; beside φ per budget when the constant-φ law is rejected."""
+    fit, diag = doc["fit"], doc["diagnostics"]
+    phi = fit.get("phi")
+    if phi is None:
+        return "The plain Chinchilla law has no φ."
+    if doc["settings"].get("fix_phi") is not None:
+        return f"φ fixed at {phi:g} (not fitted)."
+    intervals = intervals_text(doc)
+    tail = f": {intervals}." if intervals else " (no interval computed)."
+    marker = {False: " (not identified)", None: " (identification not assessed)"}.get(
+        diag["phi_identified"], ""
+    )
+    if rejected(doc):
+        return (
+            f"φ = {phi:.3f}{marker} is the constant-φ law's single number, which these runs reject: "
+            f"{intervals or 'no interval computed'}; {per_budget_text(doc['law_check'])}."
+        )
+    if not marker:
+        return f"**φ = {phi:.3f}**{tail}"
+    return f"φ = {phi:.3f}{marker}{tail}"
+
+
+def quality_statement(doc) -> str:
+    fit = doc["fit"]
+    return (
+        f"R² = {fit['r2']:.4f} (raw losses, nats) beside the objective that was minimised: "
+        f"{fit['objective']:.3e} (summed Huber, δ = {doc['settings']['huber_delta']:g}, on log loss); "
+        "why the two can rank forms differently: see Law fits."
+    )
+
+
+def lead_blocks(doc) -> list:
+    """The verdict under the title, each thing once: the law check's verdict with φ and ``ci.phi`` in the
+    same paragraph when the law holds; otherwise the verdict, then φ (with φ per budget when the law is
+    rejected) in the next paragraph."""
+    verdict = f"**Verdict:** {law_verdict(doc).rstrip('.')}"
+    if (doc.get("law_check") or {}).get("verdict") == "holds":
+        return [f"{verdict}; {phi_statement(doc)}"]
+    return [f"{verdict}.", phi_statement(doc)]
+
+
+def summary_section(doc, fitted: int, planned: int, baseline: str | None = None) -> Section:
+    """Under the key figures: why φ is not identified, the count baselines (a φ measured on runs worse than
+    a bigram table is about token statistics, not language, whatever the fit says), the fit quality and
+    the runs fitted."""
+    diag = doc["diagnostics"]
+    blocks: list = []
+    if diag["phi_identified"] is False and diag["reasons"]:
+        blocks += ["Why φ is not identified:", Bullets(list(diag["reasons"]))]
+    if baseline:
+        blocks.append(baseline)
+    blocks.append(quality_statement(doc))
+    blocks.append(f"{fitted} of {planned} planned runs fitted.")
+    return Section("Summary", blocks)
+
+
+def headline_table(doc, fitted: int, planned: int, below_bigram, delta_phi: dict | None = None) -> Table:
+    """The headline numbers in one row: φ (and what it is), its reported interval, the runs fitted and below
+    the bigram table (``below_bigram`` = (below, finished, bigram loss in nats) or None), the seed noise σ
+    (nats), the lack-of-fit test, and for a case study the pooled Δφ (``delta_phi``: compare.json's)."""
+    phi = doc["fit"].get("phi")
+    status = (
+        "law rejected"
+        if rejected(doc)
+        else {True: "identified", False: "not identified"}.get(doc["diagnostics"]["phi_identified"], "")
+    )
+    check = doc.get("law_check") or {}
+    noise = check.get("noise") or {}
+    lof = check.get("lack_of_fit")
+    lof_name = "F" if (lof or {}).get("test") == "F" else "χ²"
+    header = ["φ", "interval", "runs fitted", "below bigram", "seed noise σ", "lack of fit"]
+    row = [
+        "–" if phi is None else f"{phi:.3f}" + (f" ({status})" if status else ""),
+        main_interval_text(doc) if doc["ci"].get("phi") else "not computed",
+        f"{fitted} of {planned}",
+        "not available" if below_bigram is None else f"{below_bigram[0]} of {below_bigram[1]}",
+        "not known" if noise.get("sigma") is None else f"{noise['sigma']:.4f} nats",
+        "not run"
+        if not lof
+        else f"{lof_name} = {num(lof.get('statistic'), '{:.2f}')}, p = {num(lof.get('p'), '{:.2g}')}",
+    ]
+    if delta_phi is not None:
+        ci = delta_phi.get("ci")
+        header.append("Δφ (variant − base)")
+        row.append(f"{delta_phi['estimate']:+.3f}" + ("" if ci is None else f" [{ci[0]:+.3f}, {ci[1]:+.3f}]"))
+    return Table(header, [row])
