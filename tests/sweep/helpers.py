@@ -104,6 +104,27 @@ def law_loss(n_once: float, n_rec: float, r: int, tokens: float, coef: dict = LA
     return coef["E"] + coef["A"] * n_eff ** -coef["alpha"] + coef["B"] * tokens ** -coef["beta"]
 
 
+def report_grid(name: str):
+    """The sweep spec a synthetic sweep is built from: ``"demo"`` is the 18-run grid the first `demo` preset
+    ran (the laptop template at 4e11 / 8e11 / 1.6e12 FLOPs, widths 16 / 32 / 48, r ∈ {1, 8}), kept for the
+    report tests because it spans budgets, widths and loop counts; today's `demo` preset (8 runs at one
+    width) brackets no iso-FLOP minimum. Any other name is that preset."""
+    import copy
+
+    from loopscale.config import from_dict
+    from loopscale.sweep import SweepSpec, preset
+    from loopscale.sweep.presets import PRESETS
+
+    if name != "demo":
+        return preset(name)
+    doc = copy.deepcopy(PRESETS["laptop"])
+    doc["name"] = "demo"
+    doc["train"]["data"]["val_tokens"] = 32_768
+    grid = [{"budget": c, "widths": [16, 32, 48]} for c in (4e11, 8e11, 1.6e12)]
+    doc["groups"] = [{"name": "main", "rs": [1, 8], "grid": grid}]
+    return from_dict(SweepSpec, doc, "the report tests' grid")
+
+
 def synthetic_sweep(
     root: Path,
     preset_name: str = "demo",
@@ -112,17 +133,17 @@ def synthetic_sweep(
     data: dict | None = None,
 ) -> list:
     """A finished sweep folder whose result.json losses follow LAW exactly (no training): sweep.yaml from
-    the preset, one result.json per run; ``failed`` names a run recorded as diverged; ``axes`` adds an
-    eval.json with two axis losses per run. ``data`` sets train.data (default: a dataset path that does
-    not exist, so the report's baselines do not depend on what this machine has built)."""
+    ``report_grid(preset_name)``, one result.json per run; ``failed`` names a run recorded as diverged;
+    ``axes`` adds an eval.json with two axis losses per run. ``data`` sets train.data (default: a dataset
+    path that does not exist, so the report's baselines do not depend on what this machine has built)."""
     import dataclasses
     import json
 
     from loopscale.config import dump_yaml
     from loopscale.io import atomic_write_text
-    from loopscale.sweep import plan_sweep, preset
+    from loopscale.sweep import plan_sweep
 
-    spec = preset(preset_name)
+    spec = report_grid(preset_name)
     train = dict(spec.train)
     train["data"] = {**(train.get("data") or {}), **(data or {"path": str(root / "no-dataset")})}
     spec = dataclasses.replace(spec, train=train)

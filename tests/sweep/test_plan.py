@@ -254,7 +254,7 @@ def test_plan_formats_agree(capsys):
     ("name", "n_budgets", "span", "rs"),
     [
         ("cpu", 3, 5, {1, 2, 4, 8}),
-        ("demo", 3, 4, {1, 8}),
+        ("demo", 3, 1.25, {1, 2, 4, 8}),
         ("laptop", 4, 3.5, {1, 2, 4, 8}),
         ("laptop-staggered", 4, 5, {1, 2, 4, 8}),
     ],
@@ -383,14 +383,14 @@ def test_measured_times_cost_a_run_at_its_width_and_r_from_a_finished_sweep(tmp_
         ],
     )
     times = MeasuredTimes.from_table(table, workers=2)
-    runs = [r for r in plan_sweep(preset("demo")) if r.width == 16]
+    runs = [r for r in plan_sweep(preset("laptop-staggered")) if r.width == 16]
     run1 = next(r for r in runs if r.r == 1)
     run8 = next(r for r in runs if r.r == 8)
     assert times.seconds(run1) == pytest.approx(run1.steps * 0.15 + 2.5)  # overheads 2, 3, 4, 2
     assert times.seconds(run8) == pytest.approx(run8.steps * 0.5 + 2.5)
     shares = times.wall_shares([run1, run8])
     assert shares == pytest.approx([times.seconds(run1) / 2, times.seconds(run8) / 2])
-    other = next(r for r in plan_sweep(preset("demo")) if r.width != 16)
+    other = next(r for r in plan_sweep(preset("laptop-staggered")) if r.width != 16)
     missing = rf"no run at width {other.width}, r = {other.r}.*widths \[16\], its r \[1, 8\]"
     with pytest.raises(UserError, match=missing):
         times.seconds(other)
@@ -403,7 +403,7 @@ def test_plan_timings_estimates_from_measured_run_times(tmp_path, capsys):
     """``plan --timings``: the estimate is the sum of the measured costs over the workers, labelled with its
     source in the table and the JSON; no probe runs."""
     rows = [(w, r, 100, 0.01 * w * (1 + r / 8) * 100, 0.01 * w * (1 + r / 8) * 100 + 4.0, "ok")
-            for w in (16, 32, 48) for r in (1, 8)]
+            for w in (16, 32, 48) for r in (1, 2, 4, 8)]
     table = _timings_table(tmp_path / "results.csv", rows)
     args = ["plan", "--preset", "demo", "--workers", "2", "--timings", str(table)]
     assert main([*args, "--format", "json"]) == 0
