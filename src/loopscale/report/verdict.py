@@ -136,11 +136,9 @@ def headline_table(doc, fitted: int, planned: int, below_bigram, delta_phi: dict
     the bigram table (``below_bigram`` = (below, finished, bigram loss in nats) or None), the seed noise σ
     (nats), the lack-of-fit test, and for a case study the pooled Δφ (``delta_phi``: compare.json's)."""
     phi = doc["fit"].get("phi")
-    status = (
-        "law rejected"
-        if rejected(doc)
-        else {True: "identified", False: "not identified"}.get(doc["diagnostics"]["phi_identified"], "")
-    )
+    identified = {True: "identified", False: "not identified"}.get(doc["diagnostics"]["phi_identified"], "")
+    # both words when both hold: an unidentified φ is never shown as if only the law were in question
+    status = "; ".join(w for w in ("law rejected" if rejected(doc) else "", identified) if w)
     check = doc.get("law_check") or {}
     noise = check.get("noise") or {}
     lof = check.get("lack_of_fit")
