@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,14 +40,17 @@ class Drift:
     def from_fit_json(cls, path: Path) -> Drift | None:
         """The law, seed noise and ``phi-trend-c`` estimate of a fit.json whose law check ran; None when the
         file is missing or has no such estimate."""
+        from loopscale.design.prior import Prior
+        from loopscale.errors import UserError
+
         try:
             doc = json.loads(Path(path).read_text())
             fit, check = doc["fit"], doc["law_check"]
             trend = next(e["estimate"] for e in check["extensions"] if e["form"] == "phi-trend-c")
-            theta = [math.log(fit["A"]), math.log(fit["B"]), math.log(fit["E"]), fit["alpha"], fit["beta"]]
             sigma = float(check["noise"]["sigma"])
-            return cls(np.array([*theta, fit["phi"]], float), sigma, float(trend), path.parent.name)
-        except (OSError, ValueError, KeyError, TypeError, StopIteration):
+            theta = Prior.from_coefficients(fit, sigma, str(path)).theta  # the design's reading of a fit
+            return cls(theta, sigma, float(trend), path.parent.name)
+        except (OSError, ValueError, KeyError, TypeError, StopIteration, UserError):
             return None
 
 

@@ -239,7 +239,9 @@ def extension_tests(
         # no F-test without a residual degree of freedom, or when the paper's law already passes through
         # every run (a law-exact table: both RSS are rounding, their ratio is noise)
         testable = df_resid > 0 and rss_paper > n * NO_RESIDUAL_RMS**2
-        f_stat = ((rss_paper - rss) / (rss / df_resid) if rss > 0 else math.inf) if testable else None
+        f_stat = None
+        if testable:
+            f_stat = (rss_paper - rss) / (rss / df_resid) if rss > 0 else math.inf
         row = {
             "form": name,
             "label": ext.label,
