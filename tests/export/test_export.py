@@ -371,6 +371,14 @@ def test_sweep_run_card_has_phi_and_the_law_check(runs, tmp_path):
     assert "φ = 0.474, 95% CI [0.349, 0.596] (random effects bootstrap)" in card
     assert "Law check: **rejected** — one constant phi is rejected" in card
     assert absolute_paths(card) == [] and str(tmp_path) not in card
+    # a φ the runs do not identify gets no interval, and a law too weakly tested is no measurement either
+    fit["diagnostics"] = {"phi_identified": False}
+    fit["law_check"] = {"verdict": "inconclusive", "headline": "too few to reject one constant phi (…)"}
+    (sweep / "fit.json").write_text(json.dumps(fit))
+    assert main(["export", str(run), "--out", str(tmp_path / "export" / "again")]) == 0
+    card = (tmp_path / "export" / "again" / "README.md").read_text()
+    assert "φ is not identified by the sweep's runs over 60 runs" in card and "95% CI" not in card
+    assert "Law check: **inconclusive** — too few to reject one constant phi (…) (φ is then no" in card
 
 
 def test_a_run_with_a_checkpoint_only_is_exported_from_it(runs, tmp_path):

@@ -84,7 +84,10 @@ def test_demo_like_grid_is_flagged_not_identified(badly_posed):
     assert diag["phi_identified"] is False
     assert diag["verdict"].startswith("φ is not identified by these runs: ")
     assert diag["reasons"] and any("phi" in r for r in diag["reasons"])
-    assert any(doc["profile"]["open"]) or diag["checks"]["phi_at_bound"]
+    assert diag["checks"]["phi_at_bound"] or diag["checks"]["bootstrap_ci_at_bound"]
+    # a verdict reached without the profile skips its scan over φ, and says so
+    assert doc["profile"] is None
+    assert any(note.startswith("no profile interval: φ is not identified") for note in doc["notes"])
     # the CLI text leads with it, and φ's line says so
     text = badly_posed.format()
     assert text.startswith("φ is not identified") and "NOT IDENTIFIED" in text

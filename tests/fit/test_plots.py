@@ -128,7 +128,8 @@ def test_no_two_tick_labels_overlap_on_any_figure(case, request):
                         assert len(shown) >= 2, f"{case}/{name}: {shown}"
         finally:
             plt.close(fig)
-    assert names == list(FIGURES)
+    # a φ that the point fit and bootstrap already call not identified gets no profile scan to plot
+    assert names == [name for name in FIGURES if name != "phi_profile" or protocol.profile is not None]
 
 
 def test_every_figure_is_written_as_png_and_svg(paper_grid, tmp_path):

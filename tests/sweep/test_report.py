@@ -127,15 +127,17 @@ def test_report_recovers_phi_and_names_the_left_out_run(reported):
         assert needle in md
 
 
-def test_report_leads_with_the_verdict_and_bolds_an_identified_phi(reported):
+def test_report_leads_with_the_verdict_and_phi_bold_only_under_a_law_that_holds(reported):
     root, _ = reported
     fit = json.loads((root / "report" / "fit.json").read_text())
     assert fit["diagnostics"]["phi_identified"] is True
-    assert (fit.get("law_check") or {}).get("verdict") != "rejected"  # the runs follow the law exactly
+    # the runs follow the law exactly: nothing left to test the law against, so φ is no measurement yet
+    assert fit["law_check"]["verdict"] == "untestable"
     md = (root / "report" / "report.md").read_text()
     lead = _lead(md)
     assert lead[0].startswith(f"**Verdict:** {law_verdict(fit)}")
-    bold_phi = f"**φ = {fit['fit']['phi']:.3f}**"
+    bold_phi = f"φ = {fit['fit']['phi']:.3f}, given a law not checked on these runs"
+    assert f"**φ = {fit['fit']['phi']:.3f}**" not in md
     phi_paragraph = next(p for p in lead if bold_phi in p)
     assert "bootstrap 95% CI [" in phi_paragraph or "95% CI [" in phi_paragraph
     assert "profile-likelihood 95% interval [" in phi_paragraph  # the two intervals side by side
@@ -158,7 +160,7 @@ def test_report_leads_with_the_verdict_and_bolds_an_identified_phi(reported):
     assert "lies inside" not in md and "lies outside" not in md
     page = (root / "report" / "report.html").read_text()
     assert page.index("<strong>Verdict:</strong>") < page.index("<h2>")
-    assert f"<strong>φ = {fit['fit']['phi']:.3f}</strong>" in page and "**" not in page
+    assert "<strong>φ = " not in page and "**" not in page
 
 
 def test_unidentified_phi_is_flagged_never_bold_and_not_compared_with_the_paper(unidentified):
@@ -169,7 +171,8 @@ def test_unidentified_phi_is_flagged_never_bold_and_not_compared_with_the_paper(
     md = (root / "report" / "report.md").read_text()
     lead = _lead(md)
     assert lead[0].startswith(f"**Verdict:** {law_verdict(fit)}")
-    assert any(f"φ = {fit['fit']['phi']:.3f} (not identified)" in p for p in lead[:2])
+    assert any(p.startswith("φ is not identified by these runs: no value of it") for p in lead[:2])
+    assert f"{fit['fit']['phi']:.3f}" not in " ".join(lead)  # no number for a φ the runs do not pin down
     for reason in diag["reasons"]:
         assert f"- {reason}" in md
     assert not [span for span in _bold_spans(md) if "φ" in span and "=" in span]
@@ -178,7 +181,7 @@ def test_unidentified_phi_is_flagged_never_bold_and_not_compared_with_the_paper(
     assert "lies inside" not in md and "Compared with the paper" not in md
     assert "No comparison with the paper" in _section(md, "Result")
     assert "not a finding" in _section(md, "Result")  # loop worth / equivalence only as an illustration
-    if fit["profile"]["disagreement"]:
+    if fit["profile"] and fit["profile"]["disagreement"]:
         assert fit["profile"]["disagreement"] in md
 
 
@@ -186,8 +189,8 @@ def test_report_cli_line_leads_with_the_verdict(unidentified):
     root, _, stdout = unidentified
     line = stdout.strip()
     doc = json.loads((root / "report" / "fit.json").read_text())
-    assert len(line.splitlines()) == 1 and line.startswith(law_verdict(doc).rstrip(".") + ". phi = ")
-    assert re.search(r"phi = -?\d\.\d{3} \((constant-φ law, rejected; )?not identified; ", line)
+    assert len(line.splitlines()) == 1 and line.startswith(law_verdict(doc).rstrip(".") + ". phi not ")
+    assert re.search(r"phi not identified \(the point fit's -?\d\.\d\d is no measurement\), R² = ", line)
     assert "bigram table not available [sweep demo]" in line  # the sweep has no dataset
     assert "φ is identified" not in line
 
@@ -300,7 +303,8 @@ def test_report_summary_line(tmp_path, capsys):
     assert len(line.splitlines()) == 1
     assert line.startswith(law_verdict(doc).rstrip(".") + ". phi = 0.5")  # the law check first
     assert re.search(
-        r"\. phi = 0\.5\d\d \((bootstrap 95% CI|95% CI) \[0\.\d+, 0\.\d+\].*, profile-likelihood 95% "
+        r"\. phi = 0\.5\d\d \(given a law not checked on these runs; (bootstrap 95% CI|95% CI) \[0\.\d+, "
+        r"0\.\d+\].*, profile-likelihood 95% "
         r"interval \[0\.\d+, 0\.\d+\]\), R² = 1\.0000, 18 of 18 runs fitted, bigram table not available",
         line,
     )
@@ -475,7 +479,8 @@ def test_a_rejected_law_leads_with_its_headline_and_never_calls_phi_identified(f
     assert "identified" not in first
     assert "No comparison with the paper" in paper_comparison(doc)
     line = summary_line(doc, 18, 18, [], "laptop", (4, 18, 4.078))
-    assert line.startswith(HEADLINE + ". phi = ") and "constant-φ law, rejected" in line
+    pipeline = "most runs are above a bigram table (4.078 nats): a pipeline check, not a measurement; "
+    assert line.startswith(pipeline + HEADLINE + ". phi = ") and "constant-φ law, rejected" in line
     assert "identified" not in line
     assert line.endswith("4 of 18 runs below the bigram table (4.078 nats) [sweep laptop]")
     # the evidence, in nats and in noise units
@@ -512,7 +517,8 @@ def test_an_untestable_law_says_why(fitted_doc, tmp_path):
     lead, _, _ = _render(doc, tmp_path)
     why = "one budget only: nothing to check the law against"
     assert lead[0] == f"**Verdict:** the law could not be checked: {why}."
-    assert lead[1].startswith(f"**φ = {doc['fit']['phi']:.3f}**")
+    # identified, but under a law nothing here tested: the number, not bold, and why it is no measurement
+    assert lead[1].startswith(f"φ = {doc['fit']['phi']:.3f}, given a law not checked on these runs: 95% CI")
 
 
 def test_a_fit_json_without_a_law_check_says_so(fitted_doc, tmp_path):

@@ -17,19 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--fix-phi", type=float, help="fix phi at this value instead of fitting it (= --fix phi=X)"
     )
-    p.add_argument(
-        "--fix",
-        action="append",
-        metavar="NAME=V[,NAME=V]",
-        help="hold parameters at these values: any of E, A, B, alpha, beta, phi (E, A, B in natural units), "
-        "e.g. --fix alpha=0.199,beta=0.369",
-    )
-    p.add_argument(
-        "--prior",
-        metavar="paper|FIT.json",
-        help="hold alpha, beta, E at the published joint fit (paper) or at a `fit --json` document's fit; "
-        "a document's bootstrap samples are resampled per bootstrap refit, so phi's CI carries them",
-    )
+    _add_held_flags(p, "E, A, B, alpha, beta, phi", "phi's CI")
     p.add_argument("--restarts", type=int, default=500, help="random starts per fit (default 500)")
     p.add_argument(
         "--bootstrap", type=int, default=200, help="cell bootstrap resamples (0: none; default 200)"
@@ -121,6 +109,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "rejects the paper's law, else the paper's)",
     )
     p.add_argument("--name", help="what the variant is, for the verdict (default: the variant's folder)")
+    _add_held_flags(p, "E, A, B, alpha, beta", "delta phi's CI")
     p.add_argument("--restarts", type=int, default=500)
     p.add_argument("--bootstrap", type=int, default=200, help="random-effects bootstrap resamples")
     p.add_argument("--bootstrap-restarts", type=int)
@@ -133,6 +122,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", dest="json_out", help="write the result document (compare.json) to this file")
     p.set_defaults(func=run_compare, check_resamples=None, law="joint", fix_phi=None)
+
+
+def _add_held_flags(p: argparse.ArgumentParser, names: str, interval: str) -> None:
+    """--fix and --prior (parsed by ``_held``) of ``fit`` and ``compare``."""
+    p.add_argument(
+        "--fix",
+        action="append",
+        metavar="NAME=V[,NAME=V]",
+        help=f"hold parameters at these values: any of {names} (E, A, B in natural units), "
+        "e.g. --fix alpha=0.199,beta=0.369",
+    )
+    p.add_argument(
+        "--prior",
+        metavar="paper|FIT.json",
+        help="hold alpha, beta, E at the published joint fit (paper) or at a `fit --json` document's fit; "
+        f"a document's bootstrap samples are resampled per bootstrap refit, so {interval} carries them",
+    )
 
 
 def _template(path: str | None):
@@ -323,10 +329,14 @@ def run_equiv(args: argparse.Namespace) -> int:
 
 
 def run_compare(args: argparse.Namespace) -> int:
+    from loopscale.errors import UserError
     from loopscale.fit.table import load_table
     from loopscale.io import atomic_write_json
 
     _check_fit_counts(args, min_bootstrap=2)
+    held = _held(args)
+    if args.fix_phi is not None:
+        raise UserError("--fix phi: compare measures phi in each arm (delta phi is their difference)")
     _check_law_flags(args)
     _check_output_paths(args.json_out, None)
     base, variant = load_table(args.base), load_table(args.variant)
@@ -348,6 +358,7 @@ def run_compare(args: argparse.Namespace) -> int:
             noise=args.noise,
             law_check=args.law_check,
             advance=advance,
+            held=held,
         )
     print(format_compare(doc))
     if args.json_out:

@@ -406,7 +406,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     open_sweep(args.sweep_dir)  # not a sweep folder: say so before the fit's SciPy and matplotlib load
     report = _write_report(args.sweep_dir, out, args)
-    print(report.summary_line)
+    print(f"{report.summary_line} → {report.html}")
     return 0
 
 
@@ -445,29 +445,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     spec = _with_data(spec, str(data))
     statuses = run_sweep(spec, args.out, workers=args.workers)
     report = _write_report(args.out, args.out / "report", args)
-    print(_demo_line(report, args))
-    return _exit_code(statuses)
-
-
-def _demo_line(report, args: argparse.Namespace) -> str:
-    """``loopscale.demo.demo_line`` for a written demo report: its fit.json, the finished runs of the
-    sweep's results table, and the law check's power against the laptop sweep's φ drift."""
-    import json
-
-    from loopscale.demo import REFERENCE_FIT, Drift, demo_line, drift_power
-    from loopscale.sweep.results import read_results
-
-    doc = json.loads(report.fit_json.read_text())
-    rows = [r for r in read_results(args.out / "results.csv") if r["status"] == "ok"]
-    bigram = ((doc.get("baselines") or {}).get("values") or {}).get("bigram")
-    below = None if bigram is None else sum(r["loss"] < bigram for r in rows)
-    check = doc.get("law_check") or {}
-    drift = Drift.from_fit_json(REFERENCE_FIT)
-    power = None
-    if drift is not None and check.get("verdict") == "holds":
-        power = drift_power(rows, drift, check["threshold"])
     effort = (
-        f"{args.restarts} restarts, {args.bootstrap} bootstrap resamples (`loopscale report`: "
-        f"{FIT_RESTARTS}, {FIT_BOOTSTRAP}) → {report.html}"
+        f"fit: {args.restarts} restarts, {args.bootstrap} bootstrap resamples (`loopscale report`: "
+        f"{FIT_RESTARTS}, {FIT_BOOTSTRAP})"
     )
-    return demo_line(doc, len(rows), below, bigram, power, drift, effort)
+    print(f"{report.summary_line}; {effort} → {report.html}")
+    return _exit_code(statuses)

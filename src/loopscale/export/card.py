@@ -139,13 +139,18 @@ def _sweep(run: Path, out: Path) -> list[str]:
     n_runs = (fit.get("fit") or {}).get("n_runs")
     runs_text = f" over {n_runs} runs" if isinstance(n_runs, int) else ""
     law = "L = E + A·(N_once + r^φ·N_rec)^(−α) + B·D^(−β)"
-    lines += ["", f"φ = {phi:.3f}{ci_text}, fitted{runs_text} to {law}."]
+    if ((fit.get("diagnostics") or {}).get("phi_identified")) is False:
+        lines += ["", f"φ is not identified by the sweep's runs{runs_text} (fitted to {law}): the point "
+                  f"fit's {phi:.2f} is no measurement."]
+    else:
+        lines += ["", f"φ = {phi:.3f}{ci_text}, fitted{runs_text} to {law}."]
     check = fit.get("law_check") or {}
+    caveat = {"rejected": " (φ is then an average over the runs, not a measurement)",
+              "inconclusive": " (φ is then no measurement: the runs are too few to test the law)"}
     if check.get("verdict"):
         headline = relative_text(str(check.get("headline") or ""), out)
         lines += ["", f"Law check: **{check['verdict']}**" + (f" — {headline}" if headline else "")
-                  + (" (φ is then an average over the runs, not a measurement)"
-                     if check["verdict"] == "rejected" else "")]
+                  + caveat.get(check["verdict"], "")]
     return lines + [""]
 
 

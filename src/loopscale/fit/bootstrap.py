@@ -80,6 +80,17 @@ def percentile_ci(values: np.ndarray, level: float = CI_LEVEL) -> list[float]:
 REFIT_BATCH = 25  # resamples refitted per batch (one progress step each; the results do not depend on it)
 
 
+def held_rows(theta: np.ndarray, held_draws: dict[str, np.ndarray] | None, count: int) -> np.ndarray | None:
+    """``fit_many(fixed_rows=...)`` of ``count`` refits: ``theta`` with each parameter of ``held_draws``
+    {θ name: [count]} at refit i's draw; None without draws (the box's values are held)."""
+    if not held_draws:
+        return None
+    rows = np.tile(theta, (count, 1))
+    for name, values in held_draws.items():
+        rows[:, PARAMS.index(name)] = values
+    return rows
+
+
 def refit_weighted(
     fit: LawFit,
     table: RunTable,
@@ -98,14 +109,10 @@ def refit_weighted(
     (a prior resampled per refit, ``fit.priors``)."""
     plain = fit.form == "chinchilla"
     box = fit.box
-    fixed_rows = None
-    if held_draws:
-        fixed_rows = np.tile(fit.theta, (len(weights if weights is not None else targets), 1))
-        for name, values in held_draws.items():
-            fixed_rows[:, PARAMS.index(name)] = values
+    rows = weights if weights is not None else targets
+    fixed_rows = held_rows(fit.theta, held_draws, len(rows))
     design = design_for(table, plain, fit.extension, fit.ext_ref)
     rng = np.random.default_rng(seed)
-    rows = weights if weights is not None else targets
     thetas = []
     # One generator across batches draws the same start points as one call over all rows would.
     for lo in range(0, len(rows), REFIT_BATCH):

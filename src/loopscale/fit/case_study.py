@@ -26,6 +26,7 @@ from loopscale.fit.compare import (
     trend_change,
 )
 from loopscale.fit.fitter import fit_law
+from loopscale.fit.priors import NO_LAW_CHECK, Held, fixed_lines, fixed_settings
 from loopscale.fit.table import RunTable
 
 POWER_EFFECTS = (0.08, 0.19)  # |Δφ| of the paper's two case studies, rounded (method §9.11)
@@ -127,13 +128,16 @@ def _rejected_arms(doc: dict) -> str:
 
 
 def verdict(doc: dict) -> str:
-    """The first line: whether the law holds on the arms, then what Δφ is, with its interval and test."""
+    """The first line: whether the law holds on the arms, then what Δφ is, with its interval and test (and
+    which parameters were held: Δφ is conditional on them)."""
     rejected = _rejected_arms(doc)
     lead = (
         f"the law check rejects one constant phi on the {rejected}, so delta phi compares averages over "
         "budgets, not measurements: " if rejected else ""
     )
-    return lead + _delta_phi_sentence(doc)
+    fixed = doc["settings"]["fixed"]
+    given = f" (given {', '.join(fixed)} held fixed, not fitted)" if fixed else ""
+    return lead + _delta_phi_sentence(doc) + given
 
 
 def _delta_phi_sentence(doc: dict) -> str:
@@ -173,31 +177,36 @@ def compare_arms(
     noise: float | None = None,
     law_check: bool = True,
     advance=None,
+    held: Held | None = None,
 ) -> dict:
     """The compare document (see the module docstring). ``form`` "auto": the base's selected form when its
     law check rejects the paper's law, else the paper's; ``noise``: run-to-run noise (nats) for law checks
-    of tables without replicates; ``advance(k)``: progress callback (bootstrap refits)."""
+    of tables without replicates; ``advance(k)``: progress callback (bootstrap refits); ``held``
+    (``fit.priors.build_held``): shared parameters held in every fit and refit of both arms, a prior's draws
+    resampled per refit; the law checks are then skipped."""
     from loopscale.fit.lawcheck import check_law
 
     arms = make_arms(base, variant)
-    checks = {}
-    if law_check:
+    checks, notes = {}, [NO_LAW_CHECK] if law_check and held else []
+    if law_check and not held:
         for arm, t in (("base", arms.base_table), ("variant", arms.variant_table)):
             fit = fit_law(t, restarts=restarts, seed=seed)
             checks[arm] = check_law(t, fit, noise=noise, resamples=0, seed=seed)
     if form == "auto":
         form = checks["base"]["selected_form"] if checks else "paper"
     settings = {"restarts": restarts, "bootstrap_restarts": bootstrap_restarts, "seed": seed}
-    shared = delta_phi_shared(arms, form, resamples=resamples, advance=advance, **settings)
+    shared = delta_phi_shared(arms, form, resamples=resamples, advance=advance, held=held, **settings)
     model, theta = shared.pop("_model"), shared.pop("_theta")
     doc: dict = {
         "name": name,
         "verdict": "",
         "delta_phi": shared,
         "delta_phi_paper_form": None,
-        "delta_phi_separate": delta_phi_separate(arms, resamples=resamples, advance=advance, **settings),
+        "delta_phi_separate": delta_phi_separate(
+            arms, resamples=resamples, advance=advance, held=held, **settings
+        ),
         "per_budget": per_budget(arms, model, theta, resamples, seed),
-        "trend": trend_change(arms, form, theta, restarts=max(20, restarts // 10), seed=seed)
+        "trend": trend_change(arms, form, theta, restarts=max(20, restarts // 10), seed=seed, held=held)
         if form in TREND_FORMS
         else None,
         "law_check": checks or None,
@@ -213,10 +222,18 @@ def compare_arms(
             "budgets": sorted(set(arms.table.budget.tolist())),
         },
         "paper": {"effects": PAPER_EFFECTS, "base_phi": 0.453},
-        "settings": {**settings, "resamples": resamples, "form": form, "noise": noise},
+        "settings": {
+            **settings,
+            "resamples": resamples,
+            "form": form,
+            "noise": noise,
+            "fixed": fixed_settings(held, None),
+            "prior": None if held is None else held.prior,
+        },
+        "notes": notes,
     }
     if form != "paper":
-        paper = delta_phi_shared(arms, "paper", resamples=0, **settings)
+        paper = delta_phi_shared(arms, "paper", resamples=0, held=held, **settings)
         doc["delta_phi_paper_form"] = {k: paper[k] for k in ("estimate", "F_test", "phi")}
     if shared["se"] is not None:
         doc["power"] = {f"{e:.2f}": power(e, shared["se"]) for e in POWER_EFFECTS}
@@ -242,6 +259,7 @@ def format_compare(doc: dict) -> str:
         f"{runs['base']} base runs and {runs['variant']} variant runs at {len(runs['budgets'])} budgets; "
         f"{runs['anchors']} r = 1 anchors ({runs['shared_anchors']} identical in both tables)"
     )
+    lines += fixed_lines(doc["settings"]["fixed"], doc["settings"]["prior"])
     lines.append(
         f"shared nuisance ({d['form']} form): delta phi = {d['estimate']:+.4f} {_fmt_ci(d['ci'])}"
         + ("" if d["se"] is None else f", SE {d['se']:.3f}, t({d['t_df']}) {p_text(d['p'])}")
@@ -285,4 +303,5 @@ def format_compare(doc: dict) -> str:
             "power of this design (two-sided 5%, bootstrap SE): "
             + ", ".join(f"|delta phi| = {k}: {v:.2f}" for k, v in doc["power"].items())
         )
+    lines += [f"note: {n}" for n in doc["notes"]]
     return "\n".join(lines)

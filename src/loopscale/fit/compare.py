@@ -45,6 +45,7 @@ from loopscale.fit.bootstrap import (
     _validator,
     cell_weights,
     design_jacobian,
+    held_rows,
     percentile_ci,
     refit_weighted,
     simulate_tables,
@@ -55,12 +56,14 @@ from loopscale.fit.law import (
     EXT,
     EXTENSIONS,
     FORMS,
+    PARAMS,
     PHI,
     Design,
     extension_bounds,
     extension_reference,
     log_prediction,
 )
+from loopscale.fit.priors import Held
 from loopscale.fit.table import RunTable
 from loopscale.fit.varpro import SEEDS_PER_REFIT
 
@@ -144,9 +147,12 @@ class SharedModel:
         return self if self.trend is None else dataclasses.replace(self, box=self.box.fixing(self.trend, 0.0))
 
 
-def shared_model(arms: Arms, form: str = "paper", trend: bool = False) -> SharedModel:
+def shared_model(
+    arms: Arms, form: str = "paper", trend: bool = False, held: Held | None = None
+) -> SharedModel:
     """Design and box of the shared fit under ``form`` (the paper's law or an extension); ``trend`` adds Δφ₁
-    (φ-trend forms only: z·covariate, the change of the trend)."""
+    (φ-trend forms only: z·covariate, the change of the trend); ``held`` (``fit.priors``): shared parameters
+    held at their values."""
     if form not in FORMS:
         raise UserError(f"unknown law form {form!r}; use one of: {', '.join(FORMS)}")
     extension = None if form == "paper" else form
@@ -170,6 +176,8 @@ def shared_model(arms: Arms, form: str = "paper", trend: bool = False) -> Shared
         lower, upper = np.append(lower, DELTA_BOUNDS[0]), np.append(upper, DELTA_BOUNDS[1])
     design = dataclasses.replace(base, ext_z=np.array(zs), ext_target=tuple(targets))
     box = Box(free=np.ones(len(lower), bool), fixed_values=np.zeros(len(lower)), lower=lower, upper=upper)
+    for name, value in (held.theta if held else {}).items():
+        box = box.fixing(PARAMS.index(name), value)
     return SharedModel(design, box, form, ref, delta, trend_col)
 
 
@@ -234,9 +242,11 @@ def bootstrap_shared(
     restarts: int = BOOTSTRAP_RESTARTS,
     seed: int = 0,
     advance=None,
+    held_draws: dict[str, np.ndarray] | None = None,
 ) -> dict:
     """Random-effects parametric bootstrap of the shared fit at ``theta`` → samples of every column of θ,
-    the variance components (sd, log loss) and the simulated tables' count."""
+    the variance components (sd, log loss) and the simulated tables' count. ``held_draws`` {θ name:
+    [resamples]}: refit i holds that parameter at its draw i (a prior resampled per refit, ``fit.priors``)."""
     free = model.box.free
     log_pred = log_prediction(theta, model.design)
     resid = model.design.log_loss - log_pred
@@ -244,6 +254,7 @@ def bootstrap_shared(
     components = variance_components(resid, groups, design_jacobian(theta, model.design, free))
     sims = simulate_tables(log_pred, groups, components, resamples, np.random.default_rng(seed))
     rng = np.random.default_rng(seed + 1)
+    fixed_rows = held_rows(theta, held_draws, resamples)
     thetas = []
     for lo in range(0, resamples, REFIT_BATCH):
         part = sims[lo : lo + REFIT_BATCH]
@@ -256,6 +267,7 @@ def bootstrap_shared(
             extra_starts=theta,
             scipy_polish=False,
             targets=part,
+            fixed_rows=None if fixed_rows is None else fixed_rows[lo : lo + REFIT_BATCH],
             seeded=SEEDS_PER_REFIT,
         )
         thetas += [o.theta for o in optima]
@@ -283,13 +295,22 @@ def power(delta: float, se: float, level: float = CI_LEVEL) -> float:
 
 
 def delta_phi_shared(
-    arms: Arms, form: str, *, restarts: int, resamples: int, bootstrap_restarts: int, seed: int, advance=None
+    arms: Arms,
+    form: str,
+    *,
+    restarts: int,
+    resamples: int,
+    bootstrap_restarts: int,
+    seed: int,
+    advance=None,
+    held: Held | None = None,
 ) -> dict:
-    """The shared-nuisance Δφ under ``form``: estimate, bootstrap interval and SE, F-test, the pooled fit."""
-    model = shared_model(arms, form)
-    extension = None if form == "paper" else form
+    """The shared-nuisance Δφ under ``form``: estimate, bootstrap interval and SE, F-test, the pooled fit.
+    ``held``: shared parameters held in every fit and refit (a prior's draws resampled per refit)."""
+    model = shared_model(arms, form, held=held)
+    extension, hold = (None if form == "paper" else form), (held.theta if held else None)
     base, variant = (
-        fit_law(t, restarts=max(20, restarts // 10), seed=seed, extension=extension)
+        fit_law(t, restarts=max(20, restarts // 10), seed=seed, extension=extension, held=hold)
         for t in (arms.base_table, arms.variant_table)
     )
     opt = fit_shared(model, restarts, seed, _warm_starts(model, base, variant))
@@ -316,7 +337,8 @@ def delta_phi_shared(
         "n_runs": len(arms.table),
     }
     if resamples:
-        boot = bootstrap_shared(model, arms, theta, resamples, bootstrap_restarts, seed, advance)
+        draws = held.theta_draws(resamples) if held else None
+        boot = bootstrap_shared(model, arms, theta, resamples, bootstrap_restarts, seed, advance, draws)
         deltas = boot["thetas"][:, model.delta]
         se = float(np.std(deltas, ddof=1))
         df = variant_groups(arms) - 1
@@ -345,9 +367,11 @@ def _at_bound(model: SharedModel, theta: np.ndarray) -> list[str]:
     return [n for n, h, f in zip(names, hit, model.box.free) if h and f]
 
 
-def trend_change(arms: Arms, form: str, theta: np.ndarray, *, restarts: int, seed: int) -> dict:
+def trend_change(
+    arms: Arms, form: str, theta: np.ndarray, *, restarts: int, seed: int, held: Held | None = None
+) -> dict:
     """Δφ₁ (per unit of the trend's covariate) from the shared fit with z·covariate added, and its F-test."""
-    model = shared_model(arms, form, trend=True)
+    model = shared_model(arms, form, trend=True, held=held)
     start = np.append(theta, 0.0)
     opt = fit_shared(model, restarts, seed, start[None])
     test = f_test(model, model.without_trend(), opt.theta, len(arms.table), seed)
@@ -422,12 +446,21 @@ def _run_weights(flags: np.ndarray, r: np.ndarray, resamples: int, rng: np.rando
 
 
 def delta_phi_separate(
-    arms: Arms, *, restarts: int, resamples: int, bootstrap_restarts: int, seed: int, advance=None
+    arms: Arms,
+    *,
+    restarts: int,
+    resamples: int,
+    bootstrap_restarts: int,
+    seed: int,
+    advance=None,
+    held: Held | None = None,
 ) -> dict:
     """The paper's estimate: each arm refitted on its own; a paired cell bootstrap over the (budget, r)
-    cells both arms hold (one multiset of cells refits both, so the shared anchors' noise cancels)."""
+    cells both arms hold (one multiset of cells refits both, so the shared anchors' noise cancels).
+    ``held``: held in both arms' fits; refit i of either arm holds a prior's draw i."""
     tables = {"base": arms.base_table, "variant": arms.variant_table}
-    fits = {name: fit_law(t, restarts=restarts, seed=seed) for name, t in tables.items()}
+    hold = held.theta if held else None
+    fits = {name: fit_law(t, restarts=restarts, seed=seed, held=hold) for name, t in tables.items()}
     out = {
         "base_phi": fits["base"].phi,
         "variant_phi": fits["variant"].phi,
@@ -446,12 +479,15 @@ def delta_phi_separate(
         )
         draws = _draw_cells(np.random.default_rng(seed), len(keys), _validator(keys, joint=True), resamples)
         index = {k: i for i, k in enumerate(keys)}
+        prior = held.theta_draws(resamples) if held else None  # refit i of both arms: the same draw
         phis = {}
         for name, t in tables.items():
             # a cell only one arm holds (e.g. a base r the variant did not run) is left out of the resamples
             rows = np.array([index.get((float(b), int(r)), -1) for b, r in zip(t.budget, t.r)])
             weights = cell_weights(np.maximum(rows, 0), draws) * (rows >= 0)
-            thetas = refit_weighted(fits[name], t, weights, bootstrap_restarts, seed + 1, advance=advance)
+            thetas = refit_weighted(
+                fits[name], t, weights, bootstrap_restarts, seed + 1, advance=advance, held_draws=prior
+            )
             phis[name] = thetas[:, PHI]
         out["ci"] = percentile_ci(phis["variant"] - phis["base"])
         out["base_ci"], out["variant_ci"] = percentile_ci(phis["base"]), percentile_ci(phis["variant"])

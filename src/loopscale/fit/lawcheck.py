@@ -21,8 +21,10 @@ whether the law itself holds on the runs, with tests that each have a known dist
   budget, r × width and (budget, r) explain.
 
 **Verdict.** "rejected" when any test's p-value is below ``FAMILY_LEVEL`` / (number of tests) (Bonferroni:
-at most a 1% chance of a false alarm when the law holds with iid errors); "holds" otherwise; "untestable"
-when the table has fewer than 3 budgets (drift across budgets, the law's central claim, cannot be checked).
+at most a 1% chance of a false alarm when the law holds with iid errors); otherwise "holds" when the φ-trend
+test had power ≥ 0.8 to see φ drift as fast as a real looped sweep's did (``fit.power``), "inconclusive"
+when it had not (too few runs to reject the law is no evidence for it); "untestable" when the table has
+fewer than 3 budgets (drift across budgets, the law's central claim, cannot be checked).
 The headline names the strongest evidence. ``selected_form`` is the form with the lowest pooled
 leave-one-budget-out RMSE among the paper's law and its extensions when the law is rejected, else "paper".
 """
@@ -48,6 +50,7 @@ from loopscale.fit.bootstrap import (
 )
 from loopscale.fit.fitter import Box, LawFit, design_for, fit_law, fit_many, minimise_batch
 from loopscale.fit.law import EXTENSIONS
+from loopscale.fit.power import ENOUGH_POWER, phi_trend_power, power_text
 from loopscale.fit.table import RunTable
 
 FAMILY_LEVEL = 0.01  # chance of any false alarm when the law holds (Bonferroni over the tests)
@@ -441,7 +444,7 @@ def check_law(
     step(1)
     doc["halves"] = phi_halves(table, halves or {}, resamples, seed) if halves else {}
     step(1)
-    _verdict(doc)
+    _verdict(doc, lambda level: phi_trend_power(table, fit, sigma, level))
     if doc["verdict"] == "rejected":
         select_form(doc, table, ext_fits, seed, restarts)
     step(1)
@@ -487,7 +490,9 @@ def _tests(doc: dict) -> list[tuple[float, str]]:
     return tests
 
 
-def _verdict(doc: dict) -> None:
+def _verdict(doc: dict, power) -> None:
+    """The verdict, its headline and reasons; ``power(level)``: the ``power`` entry of the φ-trend test at
+    one test's Bonferroni level (asked only when no test rejects)."""
     tests = _tests(doc)
     threshold = FAMILY_LEVEL / max(len(tests), 1)
     failed = sorted((p, why) for p, why in tests if p < threshold)
@@ -509,8 +514,19 @@ def _verdict(doc: dict) -> None:
         )
         doc["reasons"].append(doc["headline"])
     else:
-        doc["verdict"] = "holds"
-        doc["headline"] = (
-            f"the law holds on these runs: none of {len(tests)} tests rejects one constant phi (family "
-            f"level {FAMILY_LEVEL:g})"
-        )
+        doc["power"] = power(threshold)
+        value = doc["power"]["value"]
+        level = f"family level {FAMILY_LEVEL:g}"
+        if value is not None and value >= ENOUGH_POWER:
+            doc["verdict"] = "holds"
+            doc["headline"] = (
+                f"the law holds on these runs: none of {len(tests)} tests rejects one constant phi ({level}; "
+                f"the phi-trend test had {power_text(doc['power'])})"
+            )
+        else:  # a test that could not have rejected the law is no evidence for it
+            doc["verdict"] = "inconclusive"
+            doc["headline"] = (
+                f"too few to reject one constant phi (none of {len(tests)} tests rejects it at {level}; the "
+                f"phi-trend test has {power_text(doc['power'])})"
+            )
+            doc["reasons"].append(doc["headline"])

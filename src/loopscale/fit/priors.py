@@ -33,6 +33,10 @@ PAPER_NOTE = (
     "the published law (loopscale.paper.JOINT_FIT) carries no interval for alpha, beta, E: they are held "
     "exactly, and phi's interval does not include their uncertainty"
 )
+NO_LAW_CHECK = (
+    "no law check: it refits E, A, B, alpha and beta freely, which this table cannot support "
+    "with parameters held (--fix/--prior)"
+)
 MIN_RUNS = 6
 
 

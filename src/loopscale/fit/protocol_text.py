@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from loopscale.fit.power import power_text
+
 
 def _ci_text(ci: list | None) -> str:
     return "" if not ci else f" [{ci[0]:.3f}, {ci[1]:.3f}]"
@@ -14,6 +16,8 @@ def law_check_lines(check: dict) -> list[str]:
         f"law check (verdict: {check['verdict']}; {check['tests']} tests, each at "
         f"p < {check['threshold']:.2g}):"
     ]
+    if check.get("power"):
+        lines.append(f"  {power_text(check['power'])} (the phi-trend test at p < {check['threshold']:.2g})")
     if noise["source"] == "replicates":
         lines.append(
             f"  noise: seed sd {noise['sigma']:.4f} nats from {noise['replicated_runs']} replicated runs "

@@ -49,7 +49,7 @@ class Report:
     markdown: Path
     html: Path
     fit_json: Path
-    summary_line: str
+    summary_line: str  # the CLI's one line (``verdict.summary_line``), without the report's path
     skipped: list[tuple[str, str]]  # (run, reason) left out of the fit
 
 
@@ -101,7 +101,7 @@ def build_report(
         summary = f"{compare_doc['verdict']}; {summary}"
     report = Document(
         title=f"loopscale report: sweep {spec.name}",
-        lead=lead_blocks(doc),
+        lead=lead_blocks(doc, below_bigram),
         headline=headline_table(
             doc, len(table), len(rows), below_bigram, compare_doc["delta_phi"] if case_study else None
         ),
@@ -120,7 +120,7 @@ def build_report(
     fit_json = atomic_write_json(folder / "fit.json", doc)
     md = atomic_write_text(folder / "report.md", report.markdown(folder))
     page = atomic_write_text(folder / "report.html", report.html())
-    return Report(folder, md, page, fit_json, f"{summary} → {page}", skipped)
+    return Report(folder, md, page, fit_json, summary, skipped)
 
 
 def _sections(doc, rows, skipped, table, template, below_bigram, figures: dict, case_study) -> list:

@@ -10,17 +10,35 @@ from loopscale.fit.labels import flops_label
 from loopscale.report.document import Bullets, Section, Table
 from loopscale.report.formatting import ci_text, intervals_text, main_interval_text, num, rejected
 
+#: The runs measure the law only when at least this share of the finished ones beats the bigram table.
+BELOW_BIGRAM_SHARE = 0.9
+
+
+def pipeline_check(below_bigram: tuple[int, int, float] | None) -> str | None:
+    """"most runs are above a bigram table (4.078 nats): a pipeline check, not a measurement" when fewer
+    than ``BELOW_BIGRAM_SHARE`` of the finished runs beat it (``below_bigram`` = (below, finished, bigram
+    loss in nats)); None otherwise or without baselines."""
+    if below_bigram is None:
+        return None
+    below, finished, loss = below_bigram
+    if below >= BELOW_BIGRAM_SHARE * finished:
+        return None
+    above = finished - below
+    who = "most runs are" if 2 * above > finished else f"{above} of {finished} runs are"
+    return f"{who} above a bigram table ({loss:.3f} nats): a pipeline check, not a measurement"
+
 
 def law_verdict(doc) -> str:
     """The first sentence of the report and of the CLI line: what the law check (fit.json
-    ``law_check``) says about the law, without φ. Rejected: its headline, the strongest evidence."""
+    ``law_check``) says about the law, without φ. Rejected: its headline, the strongest evidence;
+    inconclusive: no test rejects, and the φ-trend test had too little power to."""
     check = doc.get("law_check")
     if check is None:
         return "law not checked (fit.json predates the law check)"
     reasons = "; ".join(r for r in check.get("reasons") or [] if r)
     verdict = check.get("verdict")
-    if verdict == "rejected":
-        return check.get("headline") or f"the law is rejected: {reasons or 'no reason recorded'}"
+    if verdict in ("rejected", "inconclusive"):
+        return check.get("headline") or f"the law check is {verdict}: {reasons or 'no reason recorded'}"
     if verdict == "holds":  # its headline without φ, which the report gives with its interval next
         headline = re.split(r";\s*(?:phi|φ)\s*=", check.get("headline") or "")[0].strip()
         return headline or "the law holds on these runs (no test of the law check rejects it)"
@@ -43,58 +61,85 @@ def per_budget_text(check: dict) -> str:
     return text
 
 
+def _law_holds(doc) -> bool:
+    return (doc.get("law_check") or {}).get("verdict") == "holds"
+
+
+def _unconfirmed(doc) -> str:
+    """Why a φ under a law that is not rejected is still no measurement: the check had too little power,
+    or could not run."""
+    if (doc.get("law_check") or {}).get("verdict") == "inconclusive":
+        return "given a law these runs are too few to test"
+    return "given a law not checked on these runs"
+
+
+def phi_phrase(doc) -> str | None:
+    """φ in the CLI line: "phi not identified (the point fit's -2.25 is no measurement)" when the protocol
+    says so, else the value with its intervals, marked when the constant-φ law is rejected or not shown to
+    hold; None for the plain law."""
+    phi = doc["fit"].get("phi")
+    if phi is None:
+        return None
+    if doc["diagnostics"]["phi_identified"] is False:
+        return f"phi not identified (the point fit's {phi:.2f} is no measurement)"
+    details = [intervals_text(doc) or "no interval computed"]
+    if rejected(doc):
+        details.insert(0, "constant-φ law, rejected")
+    elif not _law_holds(doc):
+        details.insert(0, _unconfirmed(doc))
+    return f"phi = {phi:.3f} ({'; '.join(details)})"
+
+
 def summary_line(
     doc, fitted: int, planned: int, skipped, sweep: str, bigram: tuple[int, int, float] | None = None
 ) -> str:
-    """The CLI's one line (the last line of ``loopscale report`` and ``loopscale demo``): the law check's
-    verdict first, then φ (marked when the constant-φ law is rejected or φ is not identified) with its
-    intervals, R², the runs fitted and how many runs are below the bigram table (``bigram`` = (below,
-    finished runs, its loss in nats); None when the baselines are not available)."""
-    fit = doc["fit"]
-    line = law_verdict(doc).rstrip(".") + ". "
-    phi = fit.get("phi")  # absent for the plain Chinchilla law
-    if phi is not None:
-        details = [intervals_text(doc) or "no interval computed"]
-        if doc["diagnostics"]["phi_identified"] is False:
-            details.insert(0, "not identified")
-        if rejected(doc):
-            details.insert(0, "constant-φ law, rejected")
-        line += f"phi = {phi:.3f} ({'; '.join(details)}), "
+    """The CLI's one line (the last line of ``loopscale report`` and ``loopscale demo``): whether the runs
+    are a measurement at all (``pipeline_check``), the law check's verdict, then φ (``phi_phrase``), R², the
+    runs fitted and how many runs are below the bigram table (``bigram`` = (below, finished runs, its loss
+    in nats); None when the baselines are not available)."""
+    lead = "; ".join(part for part in (pipeline_check(bigram), law_verdict(doc).rstrip(".")) if part)
+    phi = phi_phrase(doc)
     if bigram is None:
         beside = "bigram table not available"
     else:
         below, finished, loss = bigram
         beside = f"{below} of {finished} runs below the bigram table ({loss:.3f} nats)"
     return (
-        line
-        + f"R² = {fit['r2']:.4f}, {fitted} of {planned} runs fitted"
+        f"{lead}. {phi + ', ' if phi else ''}R² = {doc['fit']['r2']:.4f}, {fitted} of {planned} runs fitted"
         + (f", {len(skipped)} left out" if skipped else "")
         + f", {beside} [sweep {sweep}]"
     )
 
 
 def phi_statement(doc) -> str:
-    """φ with its intervals: bold only when identified by a law the law check does not reject; plain with
-    "(not identified)" when the protocol says so; beside φ per budget when the constant-φ law is rejected."""
+    """φ with its intervals: bold only when identified by a law the law check says holds; no number when
+    the protocol says φ is not identified (the point fit is under Law fits); beside φ per budget when the
+    constant-φ law is rejected."""
     fit, diag = doc["fit"], doc["diagnostics"]
     phi = fit.get("phi")
     if phi is None:
         return "The plain Chinchilla law has no φ."
     if doc["settings"].get("fix_phi") is not None:
         return f"φ fixed at {phi:g} (not fitted)."
+    check = doc.get("law_check") or {}
+    if diag["phi_identified"] is False:
+        tail = f"; the constant-φ law is rejected too: {per_budget_text(check)}" if rejected(doc) else ""
+        return (
+            "φ is not identified by these runs: no value of it is a measurement (why: Summary; the point "
+            f"fit and its intervals: Law fits){tail}."
+        )
     intervals = intervals_text(doc)
-    tail = f": {intervals}." if intervals else " (no interval computed)."
-    marker = {False: " (not identified)", None: " (identification not assessed)"}.get(
-        diag["phi_identified"], ""
-    )
     if rejected(doc):
         return (
-            f"φ = {phi:.3f}{marker} is the constant-φ law's single number, which these runs reject: "
-            f"{intervals or 'no interval computed'}; {per_budget_text(doc['law_check'])}."
+            f"φ = {phi:.3f} is the constant-φ law's single number, which these runs reject: "
+            f"{intervals or 'no interval computed'}; {per_budget_text(check)}."
         )
-    if not marker:
-        return f"**φ = {phi:.3f}**{tail}"
-    return f"φ = {phi:.3f}{marker}{tail}"
+    tail = f": {intervals}." if intervals else " (no interval computed)."
+    if diag["phi_identified"] is None:
+        return f"φ = {phi:.3f} (identification not assessed){tail}"
+    if not _law_holds(doc):
+        return f"φ = {phi:.3f}, {_unconfirmed(doc)}{tail}"
+    return f"**φ = {phi:.3f}**{tail}"
 
 
 def quality_statement(doc) -> str:
@@ -106,12 +151,13 @@ def quality_statement(doc) -> str:
     )
 
 
-def lead_blocks(doc) -> list:
-    """The verdict under the title, each thing once: the law check's verdict with φ and ``ci.phi`` in the
-    same paragraph when the law holds; otherwise the verdict, then φ (with φ per budget when the law is
-    rejected) in the next paragraph."""
-    verdict = f"**Verdict:** {law_verdict(doc).rstrip('.')}"
-    if (doc.get("law_check") or {}).get("verdict") == "holds":
+def lead_blocks(doc, below_bigram: tuple[int, int, float] | None = None) -> list:
+    """The verdict under the title, each thing once: that the runs are a pipeline check when too few beat
+    the bigram table, the law check's verdict with φ and ``ci.phi`` in the same paragraph when the law
+    holds; otherwise the verdict, then φ (with φ per budget when the law is rejected) in the next one."""
+    check = pipeline_check(below_bigram)
+    verdict = f"**Verdict:** {check + '; ' if check else ''}{law_verdict(doc).rstrip('.')}"
+    if _law_holds(doc):
         return [f"{verdict}; {phi_statement(doc)}"]
     return [f"{verdict}.", phi_statement(doc)]
 
@@ -144,9 +190,16 @@ def headline_table(doc, fitted: int, planned: int, below_bigram, delta_phi: dict
     lof = check.get("lack_of_fit")
     lof_name = "F" if (lof or {}).get("test") == "F" else "χ²"
     header = ["φ", "interval", "runs fitted", "below bigram", "seed noise σ", "lack of fit"]
+    if phi is None:
+        phi_cell, interval = "–", "not computed"
+    elif doc["diagnostics"]["phi_identified"] is False:  # no number for a φ the runs do not pin down
+        phi_cell, interval = status, "none (φ not identified)"
+    else:
+        phi_cell = f"{phi:.3f}" + (f" ({status})" if status else "")
+        interval = main_interval_text(doc) if doc["ci"].get("phi") else "not computed"
     row = [
-        "–" if phi is None else f"{phi:.3f}" + (f" ({status})" if status else ""),
-        main_interval_text(doc) if doc["ci"].get("phi") else "not computed",
+        phi_cell,
+        interval,
         f"{fitted} of {planned}",
         "not available" if below_bigram is None else f"{below_bigram[0]} of {below_bigram[1]}",
         "not known" if noise.get("sigma") is None else f"{noise['sigma']:.4f} nats",
