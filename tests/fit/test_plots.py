@@ -21,17 +21,14 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from loopscale.fit import load_table, run_protocol  # noqa: E402
-from loopscale.fit.labels import percent_text  # noqa: E402
-from loopscale.fit.law import law_loss  # noqa: E402
-from loopscale.fit.plots import (  # noqa: E402
-    FIGURES,
-    _log_locator,
+from loopscale.fit.labels import (  # noqa: E402
     count_label,
     flops_label,
-    panel_grid,
-    plot_protocol,
-    protocol_figures,
+    percent_text,  # noqa: E402
 )
+from loopscale.fit.law import law_loss  # noqa: E402
+from loopscale.fit.plot_axes import log_locator, panel_grid  # noqa: E402
+from loopscale.fit.plots import FIGURES, plot_protocol, protocol_figures  # noqa: E402
 from loopscale.fit.template import load_template  # noqa: E402
 
 from .conftest import simulated_grid  # noqa: E402
@@ -205,7 +202,7 @@ def test_profile_plot_marks_both_intervals(paper_grid, open_end):
 @pytest.mark.parametrize("lo", [3.0, 7.9e3, 1.0e5, 4.6e17])
 @pytest.mark.parametrize("ratio", [1.02, 1.3, 3.0, 12.0, 150.0, 1e4, 1e9, 1e15])
 def test_log_ticks_are_few_and_inside(lo, ratio):
-    ticks = _log_locator().tick_values(lo, lo * ratio)
+    ticks = log_locator().tick_values(lo, lo * ratio)
     inside = [t for t in ticks if lo * (1 - 1e-9) <= t <= lo * ratio * (1 + 1e-9)]
     assert len(inside) <= 6
     if ratio >= 1.3:

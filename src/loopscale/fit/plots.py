@@ -32,8 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-from loopscale.fit.labels import count_label, flops_label, interval_text
+from loopscale.fit.labels import flops_label, interval_text
 from loopscale.fit.law import law_loss
+from loopscale.fit.plot_axes import linear_ticks, log_axis, panel_grid, robust_range
 from loopscale.fit.protocol import Protocol
 from loopscale.fit.table import RunTable
 from loopscale.io import atomic_write
@@ -83,66 +84,6 @@ def plot_protocol(
 
 
 # --- axes -------------------------------------------------------------------------------------------------
-
-
-def _log_locator(max_ticks: int = 6):
-    from matplotlib.ticker import Locator
-
-    class LogTicks(Locator):
-        """Ticks at s·10^k for the densest ``subs`` that keeps at most ``max_ticks`` inside the view
-        (sparser decades when even 10^k alone is too many): never a crowd of minor-tick labels."""
-
-        SUBS = (
-            (1.0,),
-            (1.0, 3.0),
-            (1.0, 2.0, 5.0),
-            (1.0, 2.0, 3.0, 5.0, 7.0),
-            tuple(float(s) for s in range(1, 10)),
-        )
-
-        def __call__(self):
-            vmin, vmax = self.axis.get_view_interval()
-            return self.tick_values(vmin, vmax)
-
-        def tick_values(self, vmin, vmax):
-            lo, hi = sorted((float(vmin), float(vmax)))
-            if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= 0:
-                return np.array([])
-            lo = max(lo, hi * 1e-12)
-            d0, d1 = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
-            chosen = None
-            for subs in self.SUBS:
-                ticks = [s * 10.0**d for d in range(d0 - 1, d1 + 1) for s in subs]
-                inside = [t for t in ticks if lo * (1 - 1e-9) <= t <= hi * (1 + 1e-9)]
-                if len(inside) > max_ticks:
-                    break
-                chosen = ticks
-                if len(inside) >= 3:
-                    break
-            if chosen is None:  # too many decades even for 10^k alone: every step-th decade
-                step = math.ceil((d1 - d0 + 1) / max_ticks)
-                chosen = [10.0**d for d in range(d0 - d0 % step - step, d1 + step, step)]
-            return np.array(chosen)
-
-    return LogTicks()
-
-
-def _log_axis(ax, which: str = "x", label=count_label) -> None:
-    """Log scale with a few labelled ticks in compact units and unlabelled minor ticks."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-
-    axis = ax.xaxis if which == "x" else ax.yaxis
-    (ax.set_xscale if which == "x" else ax.set_yscale)("log")
-    axis.set_major_locator(_log_locator())
-    axis.set_major_formatter(FuncFormatter(label))
-    axis.set_minor_formatter(NullFormatter())
-
-
-def _linear_ticks(ax, which: str = "both") -> None:
-    from matplotlib.ticker import MaxNLocator
-
-    for axis in (ax.xaxis, ax.yaxis) if which == "both" else ((ax.xaxis,) if which == "x" else (ax.yaxis,)):
-        axis.set_major_locator(MaxNLocator(nbins=6))
 
 
 def _r_colors(rs: list[int]) -> dict[int, tuple]:
@@ -223,8 +164,8 @@ def _collapse(protocol: Protocol, table: RunTable, rs, colors):
         pred = law_loss(coef, table.n_once, table.n_rec, table.r, table.tokens)
         rmse = float(np.sqrt(np.mean((table.loss - pred) ** 2)))
         ax.set_title(f"{title}\nRMSE {rmse:.4f} nats", fontsize=10)
-        _log_axis(ax, "x")
-        _linear_ticks(ax, "y")
+        log_axis(ax, "x")
+        linear_ticks(ax, "y")
         ax.set_xlabel("N_eff = N_once + r^φ·N_rec")
     axes.flat[0].set_ylabel("L − B·D^−β (nats)")
     axes.flat[0].legend(fontsize=8)
@@ -259,11 +200,14 @@ def _parabola(ax, table: RunTable, mask: np.ndarray, m: dict | None, color) -> N
     )
 
 
-def _vertex_handles():
+def _vertex_handles(lone: bool = False):
+    """Legend handles of the law's curves and vertices (``lone``: and of the law at a lone run)."""
     from matplotlib.lines import Line2D
 
+    lone_run = Line2D([], [], color="0.3", marker="o", mfc="none", lw=0, label="fitted law at a lone run")
     return [
         Line2D([], [], color="0.3", lw=1.2, label="fitted joint law"),
+        *([lone_run] if lone else []),
         Line2D([], [], color="0.3", lw=1.0, ls=":", label="parabola in log N"),
         Line2D([], [], color="0.5", marker="*", ms=11, mec="k", lw=0, label="vertex (bracketed)"),
     ]
@@ -283,23 +227,6 @@ def _baseline_line(ax, baselines: dict | None) -> None:
     """The bigram table's validation loss as a dotted line (the unigram's in its label: it is far above)."""
     if baselines:
         ax.axhline(baselines["bigram"], ls=":", lw=1.2, color="0.35", label=_baseline_label(baselines))
-
-
-def panel_grid(n: int, max_cols: int = 3) -> tuple[int, int]:
-    """(rows, columns) for ``n`` panels with the fewest empty cells (then the most columns, at most
-    ``max_cols``): 4 panels are 2 × 2, not 3 + 1 with two blank cells."""
-    if n <= max_cols:
-        return 1, max(n, 1)
-    cols = min(range(2, max_cols + 1), key=lambda c: (-n % c, -c))
-    return -(-n // cols), cols
-
-
-def no_data_note(ax, what: str = "no data") -> None:
-    """Write "no data" in the middle of a panel that has nothing to show, so an empty panel reads as
-    such and not as a plotting failure."""
-    ax.text(0.5, 0.5, what, transform=ax.transAxes, ha="center", va="center", fontsize=10, color="0.4")
-    ax.set_xticks([])
-    ax.set_yticks([])
 
 
 def _figure_legend(fig, axes, handles) -> None:
@@ -349,8 +276,8 @@ def _loop_tax(protocol: Protocol, table: RunTable, rs, colors, minima, baselines
         ax.set_title(f"C = {flops_label(c)} FLOPs", fontsize=10)
         if baselines:
             ax.axhline(baselines["bigram"], ls=":", lw=1.2, color="0.35")
-        _log_axis(ax, "x")
-        _linear_ticks(ax, "y")
+        log_axis(ax, "x")
+        linear_ticks(ax, "y")
         ax.set_xlabel("unique non-embedding parameters N")
         if ax.get_subplotspec().is_first_col():
             ax.set_ylabel("validation loss (nats)")
@@ -377,6 +304,7 @@ def _isoflop(protocol: Protocol, table: RunTable, rs, minima, baselines=None):
     budgets = sorted(set(table.budget.tolist())) if table.has_budget else [float("nan")]
     shades = plt.cm.plasma(np.linspace(0.05, 0.85, len(budgets)))
     for ax, r in zip(axes.flat, rs):
+        lone = False
         for shade, c in zip(shades, budgets):
             mask = (table.r == r) & ((table.budget == c) if table.has_budget else True)
             if not mask.any():
@@ -388,17 +316,22 @@ def _isoflop(protocol: Protocol, table: RunTable, rs, minima, baselines=None):
             ax.scatter(table.n[mask], table.loss[mask], color=shade, s=18, zorder=3, label=label)
             if table.has_budget and mask.sum() >= 2:
                 ax.plot(*_law_along(fit, table, mask), color=shade, lw=1.2)
+            elif table.has_budget:  # one width at this budget: no curve to draw, the law at the run itself
+                lone = True
+                predicted = fit.predict_table(table)[mask]
+                ax.scatter(table.n[mask], predicted, s=40, facecolor="none", edgecolor=shade, zorder=3)
+                ax.vlines(table.n[mask], table.loss[mask], predicted, color=shade, lw=0.8)
             if table.has_budget and mask.sum() >= 3:
                 _parabola(ax, table, mask, minima.get((c, r)), shade)
         _baseline_line(ax, baselines)
-        _log_axis(ax, "x")
-        _linear_ticks(ax, "y")
+        log_axis(ax, "x")
+        linear_ticks(ax, "y")
         ax.set_title(f"r = {r}")
         ax.set_xlabel("unique non-embedding parameters N")
         if ax.get_subplotspec().is_first_col():
             ax.set_ylabel("validation loss (nats)")
         if table.has_budget:
-            _side_legend(ax, _vertex_handles())
+            _side_legend(ax, _vertex_handles(lone))
     for ax in list(axes.flat)[len(rs) :]:
         ax.set_visible(False)
     fig.suptitle(f"iso-FLOP curves with the fitted {fit.form} law and the parabola vertices")
@@ -445,26 +378,12 @@ def _phi_profile(protocol: Protocol):
     lo_x, hi_x = min(shown), max(shown)
     pad = 0.08 * max(hi_x - lo_x, 0.05)
     ax.set_xlim(max(lo_x - pad, phi.min() - pad), min(hi_x + pad, phi.max() + pad))
-    _linear_ticks(ax)
+    linear_ticks(ax)
     ax.set_xlabel("φ")
     ax.set_ylabel("profile deviance")
     ax.set_title("profile likelihood of φ (other parameters refitted at each φ)", fontsize=10)
     ax.legend(fontsize=7)
     return fig
-
-
-def robust_range(values: np.ndarray, fence: float = 3.0, widen: float = 0.05) -> tuple[float, float]:
-    """The axis range of a distribution: its smallest and largest values inside Tukey's far-out fences
-    (quartiles ∓ ``fence`` interquartile ranges, about ±4.7 sd for a normal sample, so nothing of a normal
-    bulk is cut), widened by ``widen`` of the span on each side. A handful of far-out values (bootstrap
-    resamples stuck at a box edge: 4 of 200 at φ = −3 is 2%, more than a 0.5–99.5 percentile range cuts)
-    then cannot squeeze the bulk of a histogram into one bin."""
-    q1, q3 = np.percentile(values, [25, 75])
-    iqr = q3 - q1
-    kept = values[(values >= q1 - fence * iqr) & (values <= q3 + fence * iqr)]
-    lo, hi = float(kept.min()), float(kept.max())
-    pad = widen * max(hi - lo, 1e-3 * max(abs(lo), abs(hi), 1.0))
-    return lo - pad, hi + pad
 
 
 def method_name(method: str | None) -> str:
@@ -505,7 +424,7 @@ def _phi_bootstrap(protocol: Protocol):
             f"{outside} resample{'s' if outside > 1 else ''} outside the axis: {below} below, {above} above",
             transform=ax.transAxes, fontsize=7, va="top", color="0.25",
         )  # fmt: skip
-    _linear_ticks(ax)
+    linear_ticks(ax)
     level = f"{100 * protocol.bootstrap['level']:.0f}%"
     ax.set_title(f"cell bootstrap φ: {level} CI {interval_text((lo, hi))}", fontsize=10)
     ax.set_xlabel("φ")
@@ -524,8 +443,8 @@ def _residuals(protocol: Protocol, table: RunTable, rs, colors):
             m = table.r == r
             ax.scatter(x[m], resid[m], s=16, color=colors[r], label=f"r = {r}")
         ax.axhline(0, color="0.3", lw=0.8)
-        _log_axis(ax, "x")
-        _linear_ticks(ax, "y")
+        log_axis(ax, "x")
+        linear_ticks(ax, "y")
         ax.set_xlabel(label)
     axes[0].set_ylabel("observed − predicted (nats)")
     axes[0].legend(fontsize=8)
@@ -564,8 +483,8 @@ def _residuals_vs_width(protocol: Protocol, table: RunTable, rs):
         ax.plot(widths, means, color="k", lw=1.2, marker="_", ms=10)
         ax.axhline(0, color="0.3", lw=0.8)
         ax.set_title(f"r = {r}", fontsize=10)
-        _log_axis(ax, "x")
-        _linear_ticks(ax, "y")
+        log_axis(ax, "x")
+        linear_ticks(ax, "y")
         ax.set_xlabel("width d")
         if ax.get_subplotspec().is_first_col():
             ax.set_ylabel("observed − predicted (nats)")
@@ -604,11 +523,11 @@ def _frontier(protocol: Protocol, colors):
             ax.scatter(c[~open_], values[~open_], color=color, zorder=3)
             ax.scatter(c[open_], values[open_], facecolors="none", edgecolors=color, zorder=3)
     for ax in axes:
-        _log_axis(ax, "x", flops_label)
+        log_axis(ax, "x", flops_label)
         ax.set_xlabel("training compute C (FLOPs)")
     _side_legend(axes[1])
-    _linear_ticks(axes[0], "y")
-    _log_axis(axes[1], "y")
+    linear_ticks(axes[0], "y")
+    log_axis(axes[1], "y")
     axes[0].set_ylabel("compute-optimal loss L* (nats)")
     axes[1].set_ylabel("compute-optimal N*")
     if any_open:

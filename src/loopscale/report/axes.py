@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 from loopscale.fit.labels import flops_label
-from loopscale.fit.plots import no_data_note, panel_grid
+from loopscale.fit.plot_axes import no_data_note, panel_grid
 from loopscale.report.document import Section, Table
 from loopscale.report.figures import save_figure
 from loopscale.sweep.results import NO_TASKS, SE_PREFIX, TASKS_PREFIX

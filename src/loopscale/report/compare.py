@@ -165,7 +165,8 @@ def isoflop_arms_figure(arms, stem: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from loopscale.fit.plots import _log_axis, _r_colors, panel_grid
+    from loopscale.fit.plot_axes import log_axis, panel_grid
+    from loopscale.fit.plots import _r_colors
 
     t = arms.table
     budgets = sorted(set(t.budget.tolist()))
@@ -184,7 +185,7 @@ def isoflop_arms_figure(arms, stem: Path) -> Path:
                 ax.plot(n, loss, style, color=colors[r], lw=1.0)
                 ax.plot(n, loss, "o", color=colors[r], mfc=face or colors[r], ms=4)
         ax.set_xscale("log")
-        _log_axis(ax, "x")
+        log_axis(ax, "x")
         ax.set_title(f"C = {flops_label(c)}", fontsize=9)
         ax.set_xlabel("N (parameters)")
         ax.set_ylabel("loss (nats)")
