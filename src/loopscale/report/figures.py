@@ -58,7 +58,9 @@ def phi_per_budget_figure(doc, stem: Path) -> Path | None:
     interval = doc["ci"].get("phi")
     if interval and None not in interval:
         ax.axhspan(*interval, color="tab:blue", alpha=0.15, label="constant-φ fit, its interval")
-    ax.axhline(phi, color="tab:blue", lw=1.5, label=f"constant-φ fit: φ = {phi:.3f}")
+    unidentified = doc["diagnostics"].get("phi_identified") is False
+    what = "point fit, not identified" if unidentified else "φ"
+    ax.axhline(phi, color="tab:blue", lw=1.5, label=f"constant-φ fit: {what} = {phi:.3f}")
     ax.axhline(JOINT_FIT["phi"], color="tab:red", ls="--", lw=1.0, label=f"paper: φ = {JOINT_FIT['phi']}")
     ax.errorbar(
         budgets,
