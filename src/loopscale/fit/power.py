@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.stats import f as f_dist
+from scipy.stats import ncf
 
 from loopscale.fit.bootstrap import design_jacobian
 from loopscale.fit.fitter import LawFit, design_for
@@ -38,9 +40,6 @@ def phi_trend_power(
     Bonferroni level of one test) against φ drifting ``drift`` per decade of compute, at the fitted law
     ``fit`` with run noise ``sigma`` (nats; None: the fit's residual standard deviation). ``value`` is None
     with a ``why`` when the test cannot run or the runs cannot tell a drift from the law."""
-    from scipy.stats import f as f_dist
-    from scipy.stats import ncf
-
     doc = {"test": "phi-trend-c", "drift_per_decade": drift, "level": level, "value": None, "why": None}
     n, free = len(table), np.append(fit.free, True)
     df = n - int(free.sum())
