@@ -21,7 +21,7 @@ from loopscale.fit.law import (
     law_loss,
     objective_and_gradient,
 )
-from loopscale.fit.lawcheck import check_law, lack_of_fit, replicate_noise, residual_decomposition
+from loopscale.fit.lawcheck import check_law, lack_of_fit, phi_halves, replicate_noise, residual_decomposition
 from loopscale.paper import JOINT_FIT
 
 from .conftest import simulated_grid
@@ -316,3 +316,18 @@ def test_cli_compare_leads_with_a_rejected_law(tmp_path):
     first = out.splitlines()[0]  # the verdict: the rejection first, then delta phi
     assert first.startswith("the law check rejects one constant phi on the variant arm")
     assert "not measurements" in first and first == doc["verdict"]
+
+
+def test_phi_halves_give_each_ci_end_its_monte_carlo_range():
+    """Each half's CI end lies inside its recorded Monte Carlo range (fit.bootstrap.end_ranges), the
+    detail the report gives instead of putting the halves in its lead."""
+    table = load_table(_rows(noise=0.005, seed=3))
+    halves = {
+        name: fit_law(table.subset(mask), restarts=10) for name, mask in table.budget_halves().items()
+    }
+    doc = phi_halves(table, halves, resamples=40)
+    assert set(doc) == {"low", "high"} and doc["low"]["n"] + doc["high"]["n"] == len(table)
+    for row in doc.values():
+        for end, (a, b) in zip(row["ci"], row["ci_mc"]):
+            assert (a is None or a <= end) and (b is None or end <= b)
+        json.dumps(row)

@@ -449,7 +449,10 @@ def _law_check(verdict: str) -> dict:
         ],
         "halves": {
             "low": {"budgets": BUDGETS[:2], "phi": 0.60, "ci": [0.54, 0.73]},
-            "high": {"budgets": BUDGETS[2:], "phi": 0.26, "ci": [-0.09, 0.52]},
+            "high": {
+                "budgets": BUDGETS[2:], "phi": 0.26, "ci": [-0.09, 0.52],
+                "ci_mc": [[-0.81, 0.18], [0.50, 0.55]],
+            },
         },
         "decomposition": {"budget": 0.036, "width": 0.059, "r": 0.142, "r_x_width": 0.718},
         "selected_form": "phi-trend-c" if rejected else "paper",
@@ -481,7 +484,8 @@ def test_a_rejected_law_leads_with_its_headline_and_never_calls_phi_identified(f
     phi = doc["fit"]["phi"]
     assert lead[1].startswith(f"φ = {phi:.3f} is the constant-φ law's single number, which these runs reject")
     assert "C = 2.5e12: 0.72 [0.60, 0.85]" in lead[1] and "C = 1.25e13: 0.20 [0.08, 0.33]" in lead[1]
-    assert "budget halves: low 0.60 [0.54, 0.73], high 0.26 [-0.09, 0.52]" in lead[1]
+    # halves are detail: whole-law refits whose CI ends move with the resample seed (fit.lawcheck.phi_halves)
+    assert "half" not in first and "halves" not in first
     assert not [span for span in _bold_spans(first) if "φ" in span]
     assert "identified" not in first
     assert "No comparison with the paper" in paper_comparison(doc)
@@ -497,7 +501,8 @@ def test_a_rejected_law_leads_with_its_headline_and_never_calls_phi_identified(f
     extension = "| phi-trend-c (selected) | φ₁ per decade of C | -0.520 | [-0.670, -0.370] | 0.567 | 34.7 |"
     assert extension in section
     assert "| e-per-r | η per doubling of r | +0.046 | [–] | 0.910 | 29.0 |" in section  # null CI, null RMSE
-    assert "| C = 7.3e12 | – | 0.410 | [0.290, 0.540] |" in section
+    assert "| C = 7.3e12 | – | 0.410 | [0.290, 0.540] | – |" in section
+    assert "| 0.260 | [-0.090, 0.520] | [-0.81, 0.18] / [0.50, 0.55] |" in section
     assert "| low half (2.5e12, 4.3e12) | – | 0.600 | [0.540, 0.730] |" in section
     assert "budget 3.6%, width 5.9%, r 14%, r × width 72%" in section
     assert section.count(HEADLINE) == 0  # said once, on the first screen

@@ -8,7 +8,8 @@ Each refit starts from the full-data optimum (the warm start method §8.8 recomm
 variable-projection start points of its own resample (``fit.varpro``) and ``restarts`` fresh uniform start
 points; ``benchmarks/fit_speed.py`` checks on a sample of resamples that this reaches the optimum of a
 cold multi-start of uniform random starts. Resamples that cannot identify the law (one r for the joint law,
-one budget) are redrawn. CIs are percentile intervals (2.5th–97.5th by default).
+one budget) are redrawn. CIs are percentile intervals (2.5th–97.5th by default); ``end_ranges`` says how
+far each end could move with another draw of the same number of resamples (its Monte Carlo error).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.stats import binom
 
 from loopscale.errors import UserError
 from loopscale.fit.fitter import LawFit, design_for, fit_many
@@ -26,6 +28,7 @@ from loopscale.fit.varpro import SEEDS_PER_REFIT
 CI_LEVEL = 0.95
 BOOTSTRAP_RESTARTS = 2  # fresh random starts per refit, on top of the warm start and the VarPro starts
 MAX_REDRAWS = 1000
+MC_CONFIDENCE = 0.95  # confidence of ``end_ranges``' Monte Carlo range of each CI end
 
 
 def _draw_cells(rng: np.random.Generator, n_cells: int, valid, count: int) -> np.ndarray:
@@ -75,6 +78,30 @@ def percentile_ci(values: np.ndarray, level: float = CI_LEVEL) -> list[float]:
     tail = 50 * (1 - level)
     lo, hi = np.percentile(values, [tail, 100 - tail])
     return [float(lo), float(hi)]
+
+
+def end_ranges(values: np.ndarray, level: float = CI_LEVEL) -> list[list[float | None]]:
+    """The Monte Carlo range of each end of ``percentile_ci(values, level)``: [[lo_a, lo_b], [hi_a, hi_b]].
+
+    Each end estimates a quantile q of the bootstrap distribution from R draws; the order statistics
+    x(l) ≤ x(u) with l, u the ``MC_CONFIDENCE`` binomial limits of R·q cover that quantile with (at least)
+    that confidence whatever the distribution's shape (the distribution-free quantile interval). A limit
+    beyond the sample (l = 0 or u = R + 1: too few draws in that tail, e.g. the 2.5% end at R = 100) is
+    None: the range is open on that side. A long,
+    thin tail of refits — a few resamples in which the law fits very differently — makes the range of its
+    end wide: another seed or resample count could put that end anywhere in it, so no conclusion may rest
+    on where inside it the end fell (e.g. whether the CI holds 0). Units: those of ``values``.
+    """
+    x = np.sort(np.asarray(values, float))
+    n = x.size
+    out = []
+    for q in ((1 - level) / 2, (1 + level) / 2):
+        lo_rank = int(binom.ppf((1 - MC_CONFIDENCE) / 2, n, q))  # 1-based ranks
+        hi_rank = int(binom.ppf((1 + MC_CONFIDENCE) / 2, n, q)) + 1
+        out.append(
+            [float(x[lo_rank - 1]) if lo_rank >= 1 else None, float(x[hi_rank - 1]) if hi_rank <= n else None]
+        )
+    return out
 
 
 REFIT_BATCH = 25  # resamples refitted per batch (one progress step each; the results do not depend on it)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from loopscale.fit.labels import interval_text
 from loopscale.fit.power import power_text
 
 
@@ -60,7 +61,7 @@ def law_check_lines(check: dict) -> list[str]:
         lines.append(
             "  phi per half of the budgets: "
             + ", ".join(
-                f"{k} {v['phi']:.3f}{_ci_text(v.get('ci'))}"
+                f"{k} {v['phi']:.3f}{_ci_text(v.get('ci'))}{_mc_text(v.get('ci_mc'))}"
                 for k, v in halves.items()
                 if v["phi"] is not None
             )
@@ -68,6 +69,14 @@ def law_check_lines(check: dict) -> list[str]:
     shares = ", ".join(f"{k} {100 * v:.1f}%" for k, v in check["decomposition"].items())
     lines.append(f"  residual sum of squares explained by group means: {shares}")
     return lines
+
+
+def _mc_text(ranges) -> str:
+    """The Monte Carlo ranges of a CI's ends (``fit.bootstrap.end_ranges``), when recorded."""
+    if not ranges:
+        return ""
+    ends = " / ".join(interval_text(r, digits=2) for r in ranges)
+    return f" (Monte Carlo range of the ends: {ends})"
 
 
 def _num(x: float | None, spec: str = ".4f") -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 from loopscale.fit.labels import flops_label, percent_text
 from loopscale.report.document import Bullets, Image, Section, Table
 from loopscale.report.figures import caption
-from loopscale.report.formatting import ci_text, num
+from loopscale.report.formatting import ci_text, mc_text, num
 
 _NOISE_SOURCE = {
     "replicates": "the replicate seeds' variance",
@@ -132,6 +132,7 @@ def law_check_section(doc, figure: Path | None = None) -> Section:
                 num(row.get("n")),
                 num(row.get("phi"), "{:.3f}"),
                 ci_text(row.get("ci")),
+                mc_text(row.get("ci_mc")),
             ]
             for row in per_budget
         ]
@@ -141,12 +142,19 @@ def law_check_section(doc, figure: Path | None = None) -> Section:
                 num(h.get("n")),
                 num(h.get("phi"), "{:.3f}"),
                 ci_text(h.get("ci")),
+                mc_text(h.get("ci_mc")),
             ]
             for name, h in halves.items()
             if h
         ]
-        blocks.append("φ refitted per budget and per half of the budgets (E, α, β shared within a refit):")
-        blocks.append(Table(["refit on", "runs", "φ", "CI"], rows))
+        blocks.append(
+            "φ refitted per budget (E, α, β held at the pooled fit) and per half of the budgets (the whole "
+            "law refitted). The last column is the range in which another draw of as many resamples could "
+            "put each CI end (95%, from the order statistics): an end with a wide range sits in a thin tail "
+            "of refits, and nothing may rest on where in that range it fell."
+        )
+        header = ["refit on", "runs", "φ", "CI", "Monte Carlo range: lower end / upper end"]
+        blocks.append(Table(header, rows))
     shares = check.get("decomposition") or {}
     shares = {k: v for k, v in shares.items() if v is not None}
     if shares:

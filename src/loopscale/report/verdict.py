@@ -46,19 +46,14 @@ def law_verdict(doc) -> str:
 
 
 def per_budget_text(check: dict) -> str:
-    """φ per budget with its CI and per budget half (the law check's refits), one phrase."""
+    """φ per budget with its CI (the law check's refits with E, α, β held), one phrase. The budget halves
+    stay in the law-check section: whole-law refits on half the budgets have CI ends that a different
+    resample seed moves across 0 (``fit.lawcheck.phi_halves``), which a lead must not rest on."""
     items = [
         f"C = {flops_label(row['budget'])}: {num(row.get('phi'), '{:.2f}')} {ci_text(row.get('ci'), 2)}"
         for row in check.get("per_budget_phi") or []
     ]
-    halves = check.get("halves") or {}
-    text = "per budget " + "; ".join(items) if items else "no per-budget φ"
-    half_items = [
-        f"{name} {num(h.get('phi'), '{:.2f}')} {ci_text(h.get('ci'), 2)}" for name, h in halves.items() if h
-    ]
-    if half_items:
-        text += "; budget halves: " + ", ".join(half_items)
-    return text
+    return "per budget " + "; ".join(items) if items else "no per-budget φ"
 
 
 def _law_holds(doc) -> bool:
