@@ -1,8 +1,9 @@
-"""report.html in a real browser (headless Chromium through Selenium, a 1400 × 900 px window): the published
-laptop-factorial report and a small case-study report built here. Each page loads without console errors,
-every figure is decoded with a non-zero size, the key figure starts on the first screen, no Markdown marker
-reaches the visible text, and with every section collapsed the page is at most three screens tall. The first
-screen is saved as reports/screenshot.png in the test's temp folder, to be looked at when a check fails.
+"""report.html in a real browser (headless Chromium through Selenium, a 1400 × 900 px window): every
+published report (results/*/report.html) and a small case-study report built here. Each page loads without
+console errors, every figure is decoded with a non-zero size, the key figure starts on the first screen, no
+Markdown marker reaches the visible text, and with every section collapsed the page is at most three screens
+tall. The first screen is saved as reports/screenshot.png in the test's temp folder, to be looked at when a
+check fails.
 
 Skipped, with the reason, where Chromium and chromedriver are missing and cannot be installed (apt-get as
 root; ``make setup`` installs them)."""
@@ -24,7 +25,7 @@ from loopscale.report import build_report
 from .helpers import LAW, law_loss, synthetic_sweep
 
 WIDTH, HEIGHT = 1400, 900  # px, the first screen
-PUBLISHED = Path(__file__).resolve().parents[2] / "results" / "laptop-factorial" / "report.html"
+RESULTS = Path(__file__).resolve().parents[2] / "results"
 MARKDOWN = re.compile(r"\*\*|`|\]\(|^#{1,6} ", re.MULTILINE)  # bold, code, a link, a heading
 
 
@@ -116,10 +117,8 @@ def _check_page(driver, page: Path, shots: Path) -> dict:
 
 
 def _pages(case_study_page) -> list[tuple[str, Path]]:
-    pages = [("case-study", case_study_page)]
-    if PUBLISHED.is_file():
-        pages.insert(0, ("laptop-factorial", PUBLISHED))
-    return pages
+    published = [(page.parent.name, page) for page in sorted(RESULTS.glob("*/report.html"))]
+    return [*published, ("case-study", case_study_page)]
 
 
 def test_reports_read_well_in_a_browser(browser, case_study_page, tmp_path):
