@@ -87,10 +87,10 @@ def end_ranges(values: np.ndarray, level: float = CI_LEVEL) -> list[list[float |
     x(l) ≤ x(u) with l, u the ``MC_CONFIDENCE`` binomial limits of R·q cover that quantile with (at least)
     that confidence whatever the distribution's shape (the distribution-free quantile interval). A limit
     beyond the sample (l = 0 or u = R + 1: too few draws in that tail, e.g. the 2.5% end at R = 100) is
-    None: the range is open on that side. A long,
-    thin tail of refits — a few resamples in which the law fits very differently — makes the range of its
-    end wide: another seed or resample count could put that end anywhere in it, so no conclusion may rest
-    on where inside it the end fell (e.g. whether the CI holds 0). Units: those of ``values``.
+    None: the range is open on that side. A long, thin tail of refits — a few resamples in which the law
+    fits very differently — makes the range of its end wide: another seed or resample count could put that
+    end anywhere in it, so no conclusion may rest on where inside it the end fell (e.g. whether the CI
+    holds 0). Units: those of ``values``.
     """
     x = np.sort(np.asarray(values, float))
     n = x.size

@@ -48,3 +48,11 @@ def interval_text(interval, open_ends=(False, False), digits: int = 3) -> str:
         else:
             ends.append(f"{value:.{digits}f}" + (" (open)" if is_open else ""))
     return f"[{ends[0]}, {ends[1]}]"
+
+
+def end_ranges_text(ranges, digits: int = 2) -> str:
+    """The Monte Carlo ranges of a CI's two ends (``fit.bootstrap.end_ranges``) as "[a, b] / [c, d]", a side
+    beyond the resamples "open"; "–" when there are none (an older fit.json, or no bootstrap)."""
+    if not ranges or len(ranges) != 2:
+        return "–"
+    return " / ".join(interval_text(r, digits=digits) for r in ranges)

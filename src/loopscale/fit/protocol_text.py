@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loopscale.fit.labels import interval_text
+from loopscale.fit.labels import end_ranges_text
 from loopscale.fit.power import power_text
 
 
@@ -73,10 +73,7 @@ def law_check_lines(check: dict) -> list[str]:
 
 def _mc_text(ranges) -> str:
     """The Monte Carlo ranges of a CI's ends (``fit.bootstrap.end_ranges``), when recorded."""
-    if not ranges:
-        return ""
-    ends = " / ".join(interval_text(r, digits=2) for r in ranges)
-    return f" (Monte Carlo range of the ends: {ends})"
+    return f" (Monte Carlo range of the ends: {end_ranges_text(ranges)})" if ranges else ""
 
 
 def _num(x: float | None, spec: str = ".4f") -> str:

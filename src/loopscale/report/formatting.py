@@ -30,14 +30,6 @@ def ci_text(ci, digits: int = 3) -> str:
     return interval_text(ci, digits=digits)
 
 
-def mc_text(ranges, digits: int = 2) -> str:
-    """The Monte Carlo ranges of a CI's two ends (``fit.bootstrap.end_ranges``) as "[a, b] / [c, d]", a side
-    beyond the resamples "open"; "–" when the document has none (older fit.json, or no bootstrap)."""
-    if not ranges or len(ranges) != 2:
-        return "–"
-    return " / ".join(interval_text(r, digits=digits) for r in ranges)
-
-
 def finished_runs(rows: list[dict]) -> list[dict]:
     """The rows of runs that finished with a finite loss."""
     return [row for row in rows if row.get("status") == "ok" and math.isfinite(row.get("loss", math.nan))]

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loopscale.fit.labels import flops_label, percent_text
+from loopscale.fit.labels import end_ranges_text, flops_label, percent_text
 from loopscale.report.document import Bullets, Image, Section, Table
 from loopscale.report.figures import caption
-from loopscale.report.formatting import ci_text, mc_text, num
+from loopscale.report.formatting import ci_text, num
 
 _NOISE_SOURCE = {
     "replicates": "the replicate seeds' variance",
@@ -132,7 +132,7 @@ def law_check_section(doc, figure: Path | None = None) -> Section:
                 num(row.get("n")),
                 num(row.get("phi"), "{:.3f}"),
                 ci_text(row.get("ci")),
-                mc_text(row.get("ci_mc")),
+                end_ranges_text(row.get("ci_mc")),
             ]
             for row in per_budget
         ]
@@ -142,7 +142,7 @@ def law_check_section(doc, figure: Path | None = None) -> Section:
                 num(h.get("n")),
                 num(h.get("phi"), "{:.3f}"),
                 ci_text(h.get("ci")),
-                mc_text(h.get("ci_mc")),
+                end_ranges_text(h.get("ci_mc")),
             ]
             for name, h in halves.items()
             if h
