@@ -125,6 +125,8 @@ def main() -> None:
                     "ci": [lo, hi],
                     "p": out["p"],
                     "resolved": out["resolved"],
+                    "on_edge": not out["mc_settled"],
+                    "resamples": out["resamples"],
                     "covers": lo <= delta <= hi,
                 }
             )
@@ -140,6 +142,8 @@ def main() -> None:
                 "coverage": covered,
                 "resolved": resolved,
                 "median_width": width,
+                "on_edge": sum(r["on_edge"] for r in rows) / len(rows),
+                "mean_resamples": float(np.mean([r["resamples"] for r in rows])),
                 "mean_estimate": float(np.mean([r["estimate"] for r in rows])),
                 "per_table": rows,
             }
@@ -147,7 +151,8 @@ def main() -> None:
         what = "false resolved" if delta == 0 else "power (resolved)"
         print(
             f"{preset_name:<26} delta {delta:+.2f} {structure:<11}: coverage {covered:.2f}, {what} "
-            f"{resolved:.2f}, median CI width {width:.3f}, mean estimate "
+            f"{resolved:.2f}, on the edge {summary[-1]['on_edge']:.2f}, median CI width {width:.3f}, "
+            f"resamples {summary[-1]['mean_resamples']:.0f} (mean), mean estimate "
             f"{summary[-1]['mean_estimate']:+.3f} ({len(rows)} tables, {time.perf_counter() - start:.0f} s)",
             flush=True,
         )

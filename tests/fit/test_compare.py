@@ -179,3 +179,53 @@ def test_compare_cli_writes_compare_json_and_refuses_bad_input(tmp_path, capsys)
     with pytest.raises(SystemExit):
         main([*argv, "--form", "nope"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+def _fake_bootstrap(sd_of_estimate: float, calls: list):
+    """A stand-in for ``bootstrap_shared``: Δφ draws N(estimate, (estimate·sd_of_estimate)²), one call per
+    round, recorded."""
+
+    def fake(model, arms, theta, resamples, restarts, seed, advance, draws):
+        calls.append(resamples)
+        thetas = np.tile(theta, (resamples, 1))
+        est = theta[model.delta]
+        noise = np.random.default_rng(seed).standard_normal(resamples)
+        thetas[:, model.delta] = est + est * sd_of_estimate * noise
+        return {"thetas": thetas, "components": {}}
+
+    return fake
+
+
+def test_an_end_within_monte_carlo_error_of_zero_grows_the_bootstrap_and_gives_no_verdict(monkeypatch):
+    """SE = estimate / t: the lower end sits at 0, so its Monte Carlo range holds 0 at every count: the
+    bootstrap doubles up to the cap and the result is 'not resolved, on the edge', not a coin flip."""
+    from scipy.stats import t as t_dist
+
+    from loopscale.fit import compare
+    from loopscale.fit.case_study import verdict
+
+    arms = make_arms(*(load_table(rows) for rows in _arms_rows(0.193, 0.003, seed=11)))
+    df = compare.variant_groups(arms) - 1
+    calls: list = []
+    monkeypatch.setattr(compare, "bootstrap_shared", _fake_bootstrap(1 / t_dist.ppf(0.975, df), calls))
+    monkeypatch.setattr(compare, "MAX_RESAMPLES", 800)
+    out = delta_phi_shared(arms, "paper", restarts=60, resamples=100, bootstrap_restarts=3, seed=0)
+    assert calls == [100, 100, 200, 400]
+    assert out["resamples"] == 800 and out["resamples_requested"] == 100
+    assert not out["mc_settled"] and not out["resolved"]
+    lo_range = out["ci_mc"][0]
+    assert lo_range[0] < 0 < lo_range[1] and lo_range[0] <= out["ci"][0] <= lo_range[1]
+    doc = {"name": "v", "delta_phi": out, "per_budget": [], "power": {}, "law_check": None}
+    doc["settings"] = {"fixed": {}}
+    assert verdict(doc).startswith("delta phi not resolved for v, on the edge")
+    assert "even at 800 resamples" in verdict(doc)
+
+
+def test_a_clear_interval_settles_at_the_requested_count(monkeypatch):
+    from loopscale.fit import compare
+
+    arms = make_arms(*(load_table(rows) for rows in _arms_rows(0.193, 0.003, seed=11)))
+    calls: list = []
+    monkeypatch.setattr(compare, "bootstrap_shared", _fake_bootstrap(0.2, calls))
+    out = delta_phi_shared(arms, "paper", restarts=60, resamples=100, bootstrap_restarts=3, seed=0)
+    assert calls == [100] and out["mc_settled"] and out["resolved"] and out["resamples"] == 100

@@ -127,6 +127,21 @@ def _rejected_arms(doc: dict) -> str:
     return "" if not arms else " and ".join(arms) + (" arms" if len(arms) > 1 else " arm")
 
 
+def mc_text(d: dict) -> str:
+    """Where the CI end nearest 0 could lie at this resample count (its Monte Carlo range) and whether the
+    bootstrap was grown to settle it; '' without a bootstrap."""
+    if d.get("ci_mc") is None:
+        return ""
+    side = "lower" if d["estimate"] >= 0 else "upper"
+    near = d["ci_mc"][0 if side == "lower" else 1]
+    grown = (
+        f", the bootstrap grown from {d['resamples_requested']} to {d['resamples']} resamples to settle it"
+        if d["resamples"] > d["resamples_requested"]
+        else ""
+    )
+    return f"Monte Carlo range of the {side} end {_fmt_ci(near)}{grown}"
+
+
 def verdict(doc: dict) -> str:
     """The first line: whether the law holds on the arms, then what Δφ is, with its interval and test (and
     which parameters were held: Δφ is conditional on them)."""
@@ -154,8 +169,18 @@ def _delta_phi_sentence(doc: dict) -> str:
             + ")"
         )
         way = "raises" if d["estimate"] > 0 else "lowers"
-        size = f"{abs(d['estimate']):.2f} {_fmt_ci(d['ci'])} ({p_text(d['p'])})"
+        grown = d.get("resamples", 0) > d.get("resamples_requested", 0)
+        at = f", {d['resamples']} resamples: settled beyond Monte Carlo error" if grown else ""
+        size = f"{abs(d['estimate']):.2f} {_fmt_ci(d['ci'])} ({p_text(d['p'])}{at})"
         return f"{name} {way} phi by {size}, {where}{form}"
+    if not d.get("mc_settled", True):
+        side = "lower" if d["estimate"] >= 0 else "upper"
+        near = d["ci_mc"][0 if side == "lower" else 1]
+        return (
+            f"delta phi not resolved for {name}, on the edge: {d['estimate']:+.3f} {_fmt_ci(d['ci'])} "
+            f"({p_text(d['p'])}): the interval's {side} end lies within Monte Carlo error of 0 even at "
+            f"{d['resamples']} resamples (range {_fmt_ci(near)}){form}"
+        )
     p08 = doc["power"].get("0.08")
     power_text = "" if p08 is None else f"; this design's power for |delta phi| = 0.08 is {p08:.2f}"
     return (
@@ -262,7 +287,7 @@ def format_compare(doc: dict) -> str:
     lines += fixed_lines(doc["settings"]["fixed"], doc["settings"]["prior"])
     lines.append(
         f"shared nuisance ({d['form']} form): delta phi = {d['estimate']:+.4f} {_fmt_ci(d['ci'])}"
-        + ("" if d["se"] is None else f", SE {d['se']:.3f}, t({d['t_df']}) {p_text(d['p'])}")
+        + ("" if d["se"] is None else f", SE {d['se']:.3f}, t({d['t_df']}) {p_text(d['p'])}; {mc_text(d)}")
         + f"; F-test F = {d['F_test']['F']:.2f}, {p_text(d['F_test']['p'])}; "
         f"phi (base) {d['phi']:.3f}"
     )

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from loopscale.fit.case_study import compare_arms, loss_change_text, p_text, to_json
+from loopscale.fit.case_study import compare_arms, loss_change_text, mc_text, p_text, to_json
 from loopscale.fit.compare import PAPER_EFFECTS, make_arms
 from loopscale.fit.labels import flops_label
 from loopscale.fit.table import RunTable
@@ -55,7 +55,8 @@ def _section(doc: dict, arms_figure: Path) -> Section:
             "(no interval: no bootstrap)"
             if d["se"] is None
             else f"{_ci(d['ci'])} (estimate ± t({d['t_df']})·SE, SE {d['se']:.3f} from a random-effects "
-            f"bootstrap of {d['resamples']} tables with error groups per arm; {p_text(d['p'])})"
+            f"bootstrap of {d['resamples']} tables with error groups per arm; {p_text(d['p'])}; "
+            f"{mc_text(d)})"
         )
         + f"; F-test of Δφ = 0 (iid errors): F = {d['F_test']['F']:.2f}, {p_text(d['F_test']['p'])}.",
         f"The paper's estimate (each arm fitted on its own): φ {s['base_phi']:.3f} → {s['variant_phi']:.3f}, "
