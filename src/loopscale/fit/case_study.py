@@ -18,6 +18,7 @@ from loopscale.fit.analyses import cell_gaps, parabola_minima
 from loopscale.fit.compare import (
     PAPER_EFFECTS,
     Arms,
+    deciding_end,
     delta_phi_separate,
     delta_phi_shared,
     make_arms,
@@ -132,8 +133,7 @@ def mc_text(d: dict) -> str:
     bootstrap was grown to settle it; '' without a bootstrap."""
     if d.get("ci_mc") is None:
         return ""
-    side = "lower" if d["estimate"] >= 0 else "upper"
-    near = d["ci_mc"][0 if side == "lower" else 1]
+    side, near = deciding_end(d["ci_mc"], d["estimate"])
     grown = (
         f", the bootstrap grown from {d['resamples_requested']} to {d['resamples']} resamples to settle it"
         if d["resamples"] > d["resamples_requested"]
@@ -174,8 +174,7 @@ def _delta_phi_sentence(doc: dict) -> str:
         size = f"{abs(d['estimate']):.2f} {_fmt_ci(d['ci'])} ({p_text(d['p'])}{at})"
         return f"{name} {way} phi by {size}, {where}{form}"
     if not d.get("mc_settled", True):
-        side = "lower" if d["estimate"] >= 0 else "upper"
-        near = d["ci_mc"][0 if side == "lower" else 1]
+        side, near = deciding_end(d["ci_mc"], d["estimate"])
         return (
             f"delta phi not resolved for {name}, on the edge: {d['estimate']:+.3f} {_fmt_ci(d['ci'])} "
             f"({p_text(d['p'])}): the interval's {side} end lies within Monte Carlo error of 0 even at "
