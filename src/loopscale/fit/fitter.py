@@ -31,6 +31,7 @@ from scipy.optimize import minimize
 from threadpoolctl import threadpool_limits
 
 from loopscale.errors import UserError
+from loopscale.fit import kernel
 from loopscale.fit.law import (
     EXTENSIONS,
     LOWER,
@@ -57,7 +58,13 @@ POLISH_FTOL = 1e-15
 POLISH_GTOL = 1e-12
 POLISH_MAX_ITER = 10_000  # method §8.3: at most 10,000 iterations per restart
 PRUNE_REL = 1e-3  # second stage: drop a candidate this far (relative) above the best of its fit
-CHUNK_ELEMENTS = 2_000_000  # starts × runs evaluated per NumPy pass (bounds memory to a few hundred MB)
+# First stage of a refit (``fit_many(prune=...)``): after STAGE1_PRUNE_AFTER steps, a start whose objective
+# is above (1 + STAGE1_PRUNE_REL) × the best of its fit stops descending (benchmarks/RESULTS.md: 2× at 10
+# steps kept every checked refit on the cold optimum; 1.3× lost some). STAGE1_FTOL: the first stage's ftol.
+STAGE1_PRUNE_REL = 1.0
+STAGE1_PRUNE_AFTER = 10
+STAGE1_FTOL = BATCH_FTOL
+CHUNK_ELEMENTS = 2_000_000  # starts × runs per first-stage call (its per-start weight rows: ≤ 16 MB each)
 
 
 @contextlib.contextmanager
@@ -130,12 +137,6 @@ def projected_gradient(
     return np.where(held_fixed(x, grad, free, lower, upper), 0.0, grad)
 
 
-def _weights_for(weights: np.ndarray | None, rows: np.ndarray) -> np.ndarray | None:
-    if weights is None or weights.ndim == 1:
-        return weights
-    return weights[rows]
-
-
 def minimise_batch(
     design: Design,
     x0: np.ndarray,
@@ -149,88 +150,42 @@ def minimise_batch(
     lower: np.ndarray = LOWER,
     upper: np.ndarray = UPPER,
     targets: np.ndarray | None = None,
+    prune_rel: float = PRUNE_REL,
+    prune_after: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Run projected BFGS from every row of ``x0`` [K, P] at once → (end points [K, P], objectives [K]).
+
+    Each start keeps its own P×P inverse-Hessian approximation; bound constraints are handled by
+    projection (a parameter at a bound with an outward gradient is frozen for that step); a backtracking
+    Armijo line search (factor 0.2, at most 40 tries) runs on the projected path; a start whose first step
+    or whose BFGS direction is not a descent direction takes a steepest-descent step scaled to move at
+    most one unit in any parameter.
 
     ``weights``: None, [n] shared, or [K, n] per start (bootstrap resamples); ``targets``: None or [K, n]
     log losses per start (simulated tables); [lower, upper]: the box. A start stops when its decrease
     is ≤ ``ftol``·max(|f|, ``f_scale``) on two consecutive steps (f_scale = 1 is L-BFGS-B's rule), the ∞-norm
     of its projected gradient is ≤ ``gtol``, its line search finds no strict decrease, or after ``max_iter``
     steps. With ``groups`` [K] (which fit each start belongs to), a start is also dropped once its objective
-    exceeds the lowest one of its group by more than ``PRUNE_REL`` (relative): it sits in a worse basin.
+    exceeds the lowest one of its group by more than ``prune_rel`` (relative), from step ``prune_after``
+    on: it sits in a worse basin. The loop is compiled (``fit.kernel.minimise``).
     """
-    x = x0.copy()
+    x = np.array(x0, dtype=float, order="C")
     k, p = x.shape
-    f, g = objective_and_gradient(
-        x, design, _weights_for(weights, np.arange(k)), _weights_for(targets, np.arange(k))
+    group_ids = np.zeros(0, dtype=np.int64) if groups is None else np.asarray(groups, dtype=np.int64)
+    f = kernel.minimise(
+        x,
+        np.asarray(free, dtype=np.bool_),
+        np.asarray(lower, dtype=float),
+        np.asarray(upper, dtype=float),
+        *design.kernel_args(k, p, weights, targets),
+        int(max_iter),
+        float(ftol),
+        float(f_scale),
+        float(gtol),
+        group_ids,
+        float(prune_rel),
+        int(prune_after),
     )
-    eye = np.eye(p)
-    inv_hess = np.broadcast_to(eye, (k, p, p)).copy()
-    fresh = np.ones(k, dtype=bool)  # inverse Hessian is still the identity
-    small_steps = np.zeros(k, dtype=int)
-    active = np.arange(k)
-    for _ in range(max_iter):
-        if active.size == 0:
-            break
-        xa, fa, ga = x[active], f[active], g[active]
-        keep = ~held_fixed(xa, ga, free, lower, upper)
-        pg = np.where(keep, ga, 0.0)
-        h = inv_hess[active] * keep[:, :, None] * keep[:, None, :]
-        d = -np.einsum("kij,kj->ki", h, ga)
-        not_descent = (d * ga).sum(axis=1) >= 0
-        if not_descent.any():
-            d[not_descent] = -pg[not_descent]
-            inv_hess[active[not_descent]] = eye
-            fresh[active[not_descent]] = True
-        is_fresh = fresh[active]
-        if is_fresh.any():  # steepest-descent step: scale it to move at most one unit in any parameter
-            scale = np.maximum(np.abs(d[is_fresh]).max(axis=1), 1e-300)
-            d[is_fresh] /= scale[:, None]
-        # Backtracking Armijo line search on the projected path, only for the starts still searching.
-        step = np.ones(active.size)
-        x_new, f_new, g_new = xa.copy(), fa.copy(), ga.copy()
-        accepted = np.zeros(active.size, dtype=bool)
-        pending = np.arange(active.size)
-        for _ls in range(40):
-            cand = np.clip(xa[pending] + step[pending, None] * d[pending], lower, upper)
-            fc, gc = objective_and_gradient(
-                cand, design, _weights_for(weights, active[pending]), _weights_for(targets, active[pending])
-            )
-            decrease = (ga[pending] * (cand - xa[pending])).sum(axis=1)
-            ok = (fc <= fa[pending] + 1e-4 * decrease) & (fc < fa[pending])
-            took = pending[ok]
-            x_new[took], f_new[took], g_new[took] = cand[ok], fc[ok], gc[ok]
-            accepted[took] = True
-            pending = pending[~ok]
-            if pending.size == 0:
-                break
-            step[pending] *= 0.2
-        s = x_new - xa
-        y = g_new - ga
-        sy = (s * y).sum(axis=1)
-        yy = (y * y).sum(axis=1)
-        update = accepted & (sy > 1e-12 * np.sqrt((s * s).sum(axis=1) * yy))
-        if update.any():
-            rows = active[update]
-            su, yu, rho = s[update], y[update], 1.0 / sy[update]
-            h0 = inv_hess[rows]
-            was_fresh = fresh[rows]
-            h0[was_fresh] = eye * (sy[update][was_fresh] / yy[update][was_fresh])[:, None, None]
-            v = eye - rho[:, None, None] * su[:, :, None] * yu[:, None, :]
-            inv_hess[rows] = (
-                v @ h0 @ v.transpose(0, 2, 1) + rho[:, None, None] * su[:, :, None] * su[:, None, :]
-            )
-            fresh[rows] = False
-        small = (fa - f_new) <= ftol * np.maximum(np.abs(f_new), f_scale)
-        small_steps[active] = np.where(small, small_steps[active] + 1, 0)
-        x[active], f[active], g[active] = x_new, f_new, g_new
-        converged = np.abs(projected_gradient(x_new, g_new, free, lower, upper)).max(axis=1) <= gtol
-        done = ~accepted | (small_steps[active] >= 2) | converged
-        if groups is not None:
-            group_best = np.full(groups.max() + 1, np.inf)
-            np.minimum.at(group_best, groups, f)
-            done |= f_new > group_best[groups[active]] * (1 + PRUNE_REL)
-        active = active[~done]
     return x, f
 
 
@@ -300,6 +255,7 @@ def fit_many(
     targets: np.ndarray | None = None,
     fixed_rows: np.ndarray | None = None,
     seeded: int = 0,
+    prune: bool | None = None,
 ) -> list[Optimum]:
     """Fit one weight vector per row of ``weights`` [R, n] (None: one unweighted fit) → R optima.
 
@@ -316,6 +272,10 @@ def fit_many(
     distinct end points of each fit are then refined together by the same batched BFGS at a relative
     tolerance of 1e-15, and (``scipy_polish``) the best one again by SciPy L-BFGS-B at ftol = 1e-15,
     gtol = 1e-12, keeping whichever is lower.
+
+    ``prune`` (default: only when ``extra_starts`` gives a warm start, i.e. a refit) stops a first-stage
+    start that is still above (1 + ``STAGE1_PRUNE_REL``) × its fit's best after ``STAGE1_PRUNE_AFTER``
+    steps. A cold fit follows every start to its end, so that ``starts_at_optimum`` counts all of them.
     """
     n_targets = 1 if targets is None else len(targets)
     w_rows = (
@@ -327,6 +287,8 @@ def fit_many(
     per_fit = restarts + len(extra) + seeded
     if restarts < 0 or per_fit < 1:
         raise UserError(f"a fit needs at least one start point (restarts = {restarts})")
+    if prune is None:
+        prune = extra_starts is not None
     fits_per_chunk = max(1, CHUNK_ELEMENTS // (per_fit * len(design)))
     cand_x, cand_owner, first_values = [], [], []
     for lo in range(0, n_fits, fits_per_chunk):
@@ -352,6 +314,10 @@ def fit_many(
             lower=box.lower,
             upper=box.upper,
             targets=None if part_targets is None else np.repeat(part_targets, per_fit, axis=0),
+            ftol=STAGE1_FTOL,
+            groups=np.repeat(np.arange(len(chunk)), per_fit) if prune else None,
+            prune_rel=STAGE1_PRUNE_REL,
+            prune_after=STAGE1_PRUNE_AFTER,
         )
         for i in range(len(chunk)):
             sl = slice(i * per_fit, (i + 1) * per_fit)

@@ -16,6 +16,7 @@ profile likelihood of ``fit.profile`` uses it).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -117,6 +118,34 @@ class Design:
     def __len__(self) -> int:
         return len(self.log_loss)
 
+    @functools.cached_property
+    def runs(self) -> np.ndarray:
+        """[4, n] rows N_once, N_rec, log r, log D: the compiled kernel's view of the runs."""
+        return np.ascontiguousarray(np.stack([self.n_once, self.n_rec, self.log_r, self.log_tokens]))
+
+    def kernel_args(
+        self, k: int, n_params: int, weights: np.ndarray | None = None, log_loss: np.ndarray | None = None
+    ) -> tuple:
+        """(runs, targets, weights, δ, ext_z, ext_is_e) as ``fit.kernel`` takes them, for k θ rows of
+        n_params columns: targets and weights as [1, n] (shared) or [k, n]; ext_z [m, n] and ext_is_e [m]
+        for the m = n_params − 6 extra columns (a column past the design's rows has covariate 0: it moves
+        nothing and its gradient is 0)."""
+        rows = []
+        for name, values in (("log_loss", self.log_loss if log_loss is None else log_loss),
+                             ("weights", np.ones(len(self)) if weights is None else weights)):  # fmt: skip
+            values = np.ascontiguousarray(np.atleast_2d(values), dtype=float)
+            if values.shape[1] != len(self) or values.shape[0] not in (1, k):
+                expected = f"[{len(self)}] or [{k}, {len(self)}]"
+                raise ValueError(f"{name} has shape {values.shape}; expected {expected}")
+            rows.append(values)
+        m = n_params - EXT
+        z, on_e = np.zeros((m, len(self))), np.zeros(m, dtype=np.int64)
+        defined = min(m, len(self.ext_target))
+        if defined:
+            z[:defined] = np.asarray(self.ext_z, dtype=float)[:defined]
+            on_e[:defined] = [target == "E" for target in self.ext_target[:defined]]
+        return self.runs, rows[0], rows[1], float(self.delta), z, on_e
+
 
 def huber(x: np.ndarray, delta: float = HUBER_DELTA) -> np.ndarray:
     """Huber_δ(x) = x²/2 for |x| ≤ δ, δ·(|x| − δ/2) otherwise."""
@@ -159,7 +188,11 @@ def objective_and_gradient(
     weights: np.ndarray | None = None,
     log_loss: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Summed Huber objective and its analytic gradient for θ [K, 6] → (f [K], ∂f/∂θ [K, 6]).
+    """Summed Huber objective and its analytic gradient for θ [K, P] → (f [K], ∂f/∂θ [K, P]).
+
+    f = Σᵢ wᵢ·Huber_δ(log L̂ᵢ − log Lᵢ), and with slopeᵢ = wᵢ·clip(residualᵢ, ±δ)/L̂ᵢ and the law's terms
+    Tₙ = A·N_eff^(−α), T_D = B·D^(−β), T_E = E: ∂f/∂a = Σ slope·Tₙ, ∂f/∂b = Σ slope·T_D, ∂f/∂e = Σ slope·T_E,
+    ∂f/∂α = −Σ slope·Tₙ·log N_eff, ∂f/∂β = −Σ slope·T_D·log D, ∂f/∂φ = −α·Σ slope·Tₙ·r^φ·N_rec·log r / N_eff.
 
     ``weights`` is None (each run once), [n] (shared) or [K, n] (one weight vector per parameter vector);
     ``log_loss`` overrides the design's targets with [n] or [K, n] (one simulated table per parameter vector).
@@ -168,39 +201,14 @@ def objective_and_gradient(
     the law, ``Extension``, is one such row; ``fit.compare`` adds Δφ rows).
     The three terms are summed directly rather than with a max-shifted log-sum-exp: inside the box
     E ≥ e⁻³ keeps the sum away from 0, and a, b ≤ 35 keep each term far below overflow.
+    Computed by ``fit.kernel.objective_rows`` (compiled); ``tests/fit/test_law.py`` checks it against
+    ``log_prediction`` and ``huber`` and its gradient against finite differences.
     """
-    theta = np.atleast_2d(theta)
-    alpha = theta[:, 3]
-    term_n, term_d, term_e, log_n, r_phi, n_eff, extras = _terms(theta, design)
-    total = term_n + term_d + term_e
-    resid = np.log(total) - (design.log_loss if log_loss is None else log_loss)
-    if math.isinf(design.delta):  # least squares
-        loss = 0.5 * resid * resid
-        slope = resid / total
-    else:
-        loss = huber(resid, design.delta)
-        slope = np.clip(resid, -design.delta, design.delta) / total  # ∂Huber/∂L̂
-    if weights is not None:
-        loss = loss * weights
-        slope = slope * weights
-    f = loss.sum(axis=1)
-    grad = np.zeros_like(theta)
-    u_n = slope * term_n
-    u_d = slope * term_d
-    u_e = slope * term_e
-    grad[:, 0] = u_n.sum(axis=1)
-    grad[:, 1] = u_d.sum(axis=1)
-    grad[:, 2] = u_e.sum(axis=1)
-    grad[:, 3] = -(u_n * log_n).sum(axis=1)
-    grad[:, 4] = -(u_d @ design.log_tokens)
-    dlogn_dphi = (r_phi * design.n_rec * design.log_r) / n_eff
-    grad[:, 5] = -alpha * (u_n * dlogn_dphi).sum(axis=1)
-    for col, target in extras:
-        z = design.ext_z[col - EXT]
-        if target == "phi":
-            grad[:, col] = -alpha * ((u_n * dlogn_dphi) @ z)
-        else:
-            grad[:, col] = u_e @ (z * math.log(2))
+    from loopscale.fit import kernel  # Numba loads SciPy: not at import (the CLI checks its inputs first)
+
+    theta = np.ascontiguousarray(np.atleast_2d(theta), dtype=float)
+    f, grad = np.empty(len(theta)), np.empty_like(theta)
+    kernel.objective_rows(theta, *design.kernel_args(len(theta), theta.shape[1], weights, log_loss), f, grad)
     return f, grad
 
 

@@ -25,7 +25,7 @@ EXPONENT_GRID = {
     PHI: np.linspace(LOWER[PHI], UPPER[PHI], 13),
 }
 LINEAR = (PARAMS.index("e"), PARAMS.index("a"), PARAMS.index("b"))  # θ columns of (E, A, B), log scale
-SEEDS_PER_REFIT = 10  # VarPro start points per bootstrap / law-check refit (beside the warm start)
+SEEDS_PER_REFIT = 20  # VarPro start points per refit (beside the warm start); 10 missed a basin once pruned
 RIDGE = 1e-12  # relative ridge on the normal equations (collinear regressors at α ≈ β)
 
 
