@@ -101,6 +101,14 @@ def test_an_upper_bound_ends_at_100_percent_and_a_total_shows_where_it_stopped(s
     assert "2/5" in final["total"]
 
 
+def test_a_phase_that_outgrows_its_total_never_reads_past_100_percent(stderr):
+    with progress_bar(2, "grown", "refit") as advance:
+        for _ in range(5):
+            advance(1)
+    final = last_lines(stderr)["grown"]
+    assert "5/5" in final and "100%" in final
+
+
 def test_a_slow_unit_still_shows_the_time(stderr, monkeypatch):
     monkeypatch.setattr(progress_module, "LOG_INTERVAL_S", 0.1)
     with progress_bar(1, "slow") as advance:

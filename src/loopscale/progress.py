@@ -67,6 +67,7 @@ def progress_bar(
     total: float | None, desc: str, unit: str = "it", *, upper_bound: bool = False, enable: bool = True
 ) -> Iterator[Callable[[float], None]]:
     """A bar for one phase of ``total`` units (None: unknown, the bar counts up); yields ``advance(n=1)``.
+    A phase that does more than ``total`` raises the total with the count: a bar never reads past 100%.
 
     ``upper_bound``: ``total`` is at most what the phase does (figures that may be skipped), so a phase
     that ends early ends at 100%; otherwise the last line shows where it stopped. Draws nothing when
@@ -89,8 +90,14 @@ def progress_bar(
         )
         beat.start()
         finished = False
+
+        def advance(n: float = 1) -> None:
+            if bar.total is not None and bar.n + n > bar.total:
+                bar.total = bar.n + n  # the phase outgrew its estimate (compare's growing bootstrap)
+            bar.update(n)
+
         try:
-            yield bar.update
+            yield advance
             finished = True
         finally:
             stop.set()
