@@ -17,6 +17,9 @@ F-test) exactly as ``loopscale compare`` runs it. Printed per scenario: how ofte
 Goal: coverage ≥ 90% in every scenario and false "resolved" ≤ 5% at Δφ = 0.
 
     python benchmarks/delta_phi_calibration.py --tables 40 --out results/law-check/delta-phi-calibration.json
+
+``--out`` is rewritten after every scenario ("complete": false until the last one), so a stopped run keeps
+what it finished.
 """
 
 from __future__ import annotations
@@ -156,22 +159,29 @@ def main() -> None:
             f"{summary[-1]['mean_estimate']:+.3f} ({len(rows)} tables, {time.perf_counter() - start:.0f} s)",
             flush=True,
         )
-    ok = all(s["coverage"] >= 0.9 for s in summary) and all(
-        s["resolved"] <= 0.05 for s in summary if s["delta_phi"] == 0
-    )
+        ok = goal_met(summary)
+        if args.out:  # after every scenario: a stopped run keeps the scenarios it finished
+            atomic_write_json(
+                args.out,
+                {
+                    "settings": vars(args),
+                    "truth": fit.to_dict(),
+                    "components_sd": {k: v**0.5 for k, v in components.items()},
+                    "scenarios": summary,
+                    "complete": len(summary) == len(chosen),
+                    "goal_met": ok,
+                },
+            )
     print(f"goal (coverage >= 0.90 everywhere, false resolved <= 0.05): {'met' if ok else 'MISSED'}")
     if args.out:
-        atomic_write_json(
-            args.out,
-            {
-                "settings": vars(args),
-                "truth": fit.to_dict(),
-                "components_sd": {k: v**0.5 for k, v in components.items()},
-                "scenarios": summary,
-                "goal_met": ok,
-            },
-        )
         print(f"wrote {args.out}")
+
+
+def goal_met(summary: list[dict]) -> bool:
+    """Coverage ≥ 0.90 in every scenario and false "resolved" ≤ 0.05 in those with Δφ = 0."""
+    return all(s["coverage"] >= 0.9 for s in summary) and all(
+        s["resolved"] <= 0.05 for s in summary if s["delta_phi"] == 0
+    )
 
 
 if __name__ == "__main__":

@@ -3,12 +3,13 @@
 The protocol is the paper's: start points drawn uniformly inside the box, a quasi-Newton descent from each,
 the best end point kept, converged to tight tolerances. Two stages make it fast without changing the answer:
 
-1. **Batched projected BFGS.** All start points (of one fit, or of many bootstrap resamples at once) descend
-   together: one NumPy evaluation of the objective and its analytic gradient serves every start, each start
-   keeps its own 6×6 inverse-Hessian approximation, bound constraints are handled by projection (variables at
-   a bound with an outward gradient are frozen for that step), and a backtracking Armijo line search runs on
-   the starts that still need it. A start stops when its relative decrease stays below ``BATCH_FTOL`` for two
-   steps, its projected gradient vanishes, or its line search fails.
+1. **Batched projected BFGS** (compiled: ``fit.kernel``). All start points (of one fit, or of many
+   bootstrap resamples at once) are descended in one call, in parallel threads: each start keeps its own
+   6×6 inverse-Hessian approximation, bound constraints are handled by projection (variables at a bound
+   with an outward gradient are frozen for that step), and a backtracking Armijo line search runs on the
+   projected path. A start stops when its relative decrease stays below ``BATCH_FTOL`` for two steps, its
+   projected gradient vanishes, or its line search fails; in a refit, also when it is still far above the
+   refit's best after a few steps (``STAGE1_PRUNE_REL``).
 2. **Polish.** The best few distinct end points of each fit are refined with SciPy's L-BFGS-B at
    ftol = 1e-15, gtol = 1e-12 (the tight tolerances method §8.8 calls for; the defaults stop early because the
    objective is O(1e-5)). The best polished point is the fit; its projected-gradient norm is reported.

@@ -7,7 +7,7 @@ extension of the law (``EXTENSIONS``: φ trending with compute or size, or a loo
 seventh parameter ``ext`` to θ; its per-run covariate rides on the ``Design``. The objective is the
 **summed** Huber loss (δ = 1e-3) of log L̂ − log L over runs, optionally weighted by integer run counts
 (a bootstrap resample is a weight vector). Every function here takes a batch of K parameter vectors at once
-so that restarts and bootstrap resamples are evaluated in one NumPy pass.
+(restarts, bootstrap resamples); the objective itself runs compiled (``fit.kernel``).
 
 The plain Chinchilla law is the same objective with N_once = N, N_rec = 0 and φ fixed (it then cancels).
 A design with ``delta = inf`` turns the objective into least squares, ½·Σ(log L̂ − log L)² (the Gaussian
