@@ -123,6 +123,13 @@ class Design:
         """[4, n] rows N_once, N_rec, log r, log D: the compiled kernel's view of the runs."""
         return np.ascontiguousarray(np.stack([self.n_once, self.n_rec, self.log_r, self.log_tokens]))
 
+    @functools.cached_property
+    def _extra_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """(covariates [m, n], acts-on-E flags [m]) of the design's m extra-parameter rows."""
+        m = len(self.ext_target)
+        z = np.zeros((0, len(self))) if m == 0 else np.asarray(self.ext_z, dtype=float)[:m]
+        return np.ascontiguousarray(z), np.array([t == "E" for t in self.ext_target], dtype=np.int64)
+
     def kernel_args(
         self, k: int, n_params: int, weights: np.ndarray | None = None, log_loss: np.ndarray | None = None
     ) -> tuple:
@@ -138,13 +145,12 @@ class Design:
                 expected = f"[{len(self)}] or [{k}, {len(self)}]"
                 raise ValueError(f"{name} has shape {values.shape}; expected {expected}")
             rows.append(values)
+        z, on_e = self._extra_rows
         m = n_params - EXT
-        z, on_e = np.zeros((m, len(self))), np.zeros(m, dtype=np.int64)
-        defined = min(m, len(self.ext_target))
-        if defined:
-            z[:defined] = np.asarray(self.ext_z, dtype=float)[:defined]
-            on_e[:defined] = [target == "E" for target in self.ext_target[:defined]]
-        return self.runs, rows[0], rows[1], float(self.delta), z, on_e
+        if m > len(on_e):  # pad: the columns past the design's rows act on nothing
+            z = np.concatenate([z, np.zeros((m - len(on_e), len(self)))])
+            on_e = np.concatenate([on_e, np.zeros(m - len(on_e), dtype=np.int64)])
+        return self.runs, rows[0], rows[1], float(self.delta), z[:m], on_e[:m]
 
 
 def huber(x: np.ndarray, delta: float = HUBER_DELTA) -> np.ndarray:
@@ -154,7 +160,7 @@ def huber(x: np.ndarray, delta: float = HUBER_DELTA) -> np.ndarray:
 
 
 def _terms(theta: np.ndarray, design: Design):
-    """The law's three terms for θ [K, P] on the design's runs, and what the gradient needs."""
+    """The law's three terms A·N_eff^(−α), B·D^(−β), E for θ [K, P] on the design's runs → 3 × [K, n]."""
     a, b, e, alpha, beta, phi = theta[:, :6].T
     extras = list(enumerate(design.ext_target[: theta.shape[1] - EXT], start=EXT))
     phi_row = phi[:, None]
@@ -170,14 +176,13 @@ def _terms(theta: np.ndarray, design: Design):
     log_n = np.log(n_eff)
     term_n = np.exp(a[:, None] - alpha[:, None] * log_n)
     term_d = np.exp(b[:, None] - np.multiply.outer(beta, design.log_tokens))
-    term_e = np.exp(log_e)
-    return term_n, term_d, term_e, log_n, r_phi, n_eff, extras
+    return term_n, term_d, np.exp(log_e)
 
 
 def log_prediction(theta: np.ndarray, design: Design) -> np.ndarray:
     """log L̂ (log nats) of the design's runs for θ [K, P] (or one θ [P]) → [K, n] (or [n])."""
     theta = np.asarray(theta, dtype=float)
-    term_n, term_d, term_e, *_ = _terms(np.atleast_2d(theta), design)
+    term_n, term_d, term_e = _terms(np.atleast_2d(theta), design)
     out = np.log(term_n + term_d + term_e)
     return out[0] if theta.ndim == 1 else out
 
@@ -201,8 +206,9 @@ def objective_and_gradient(
     the law, ``Extension``, is one such row; ``fit.compare`` adds Δφ rows).
     The three terms are summed directly rather than with a max-shifted log-sum-exp: inside the box
     E ≥ e⁻³ keeps the sum away from 0, and a, b ≤ 35 keep each term far below overflow.
-    Computed by ``fit.kernel.objective_rows`` (compiled); ``tests/fit/test_law.py`` checks it against
-    ``log_prediction`` and ``huber`` and its gradient against finite differences.
+    Computed by ``fit.kernel.objective_rows`` (compiled); ``tests/fit/test_law.py`` checks it against a
+    plain loop over runs and ``tests/fit/test_kernel.py`` against NumPy, gradients against finite
+    differences.
     """
     from loopscale.fit import kernel  # Numba loads SciPy: not at import (the CLI checks its inputs first)
 

@@ -55,7 +55,7 @@ def seed_starts(
     theta = np.repeat(rows[:, None, :], len(points), axis=1)  # [R', G, P]
     theta[:, :, gridded] = points
     theta[:, :, linear] = 0.0  # a = b = e = 0: the terms are the regressors themselves
-    term_n, term_d, term_e, *_ = _terms(theta.reshape(-1, p), design)
+    term_n, term_d, term_e = _terms(theta.reshape(-1, p), design)
     shape = (len(rows), len(points), len(design))
     x = np.stack([np.broadcast_to(term_e, term_n.shape), term_n, term_d], axis=-1).reshape(*shape, 3)
     loss = np.exp(design.log_loss if targets is None else targets)
