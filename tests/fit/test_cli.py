@@ -132,7 +132,9 @@ def test_compare_two_tables(tmp_path, capsys):
     assert doc["runs"]["shared_anchors"] == 29
     assert doc["delta_phi_separate"]["estimate"] == pytest.approx(0, abs=1e-6)
     assert {row["shift"] for row in doc["optimum_shift"]} <= {"unchanged", "not bracketed"}
-    assert capsys.readouterr().out.startswith("delta phi not resolved")
+    # identical arms: no loss change, so the pairs see nothing beyond N and D
+    assert doc["effects"]["chosen"] == "tokens only"
+    assert capsys.readouterr().out.split(": ", 1)[1].startswith("no effect beyond what N and D predict")
 
 
 def _bad_tables():

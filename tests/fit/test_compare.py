@@ -149,13 +149,14 @@ def test_the_document_leads_with_a_verdict_and_carries_the_matched_changes():
         bootstrap_restarts=3,
         noise=0.003,
     )
-    assert doc["verdict"].startswith("truncated BPTT lowers phi by 0.1")
+    assert doc["verdict"].startswith("truncated BPTT: lowers phi by 0.1")  # the pairs name a change of φ
+    assert doc["effects"]["chosen"] == "delta phi"
     assert doc["law_check"]["base"]["verdict"] == "holds"
     lc = doc["loss_change"]
     assert lc["matched"] == sum(1 for r in variant if r["r"] > 1)
     assert lc["lower"] == 0  # a lower φ makes every looped run worse
     assert doc["delta_phi_separate"]["estimate"] == pytest.approx(-0.1, abs=0.03)
-    assert set(doc["power"]) == {"0.08", "0.19"}
+    assert set(doc["power"]) == {"-0.08", "+0.19"}  # the pairs' rule, simulated on this design
 
 
 def test_compare_cli_writes_compare_json_and_refuses_bad_input(tmp_path, capsys):

@@ -645,9 +645,10 @@ def test_a_case_study_sweep_reports_delta_phi_against_the_base_it_reuses(tmp_pat
     writes compare.json and the two case-study figures; Δφ is recovered on law-exact losses (+ 0.002 nats)."""
     monkeypatch.chdir(tmp_path)
     rng = np.random.default_rng(3)
-    synthetic_sweep(tmp_path / "results" / "laptop-factorial", "laptop")
+    data = {"path": str(tmp_path / "no-dataset")}  # one dataset for both arms (else compare refuses them)
+    synthetic_sweep(tmp_path / "results" / "laptop-factorial", "laptop", data=data)
     variant = tmp_path / "variant"
-    runs = synthetic_sweep(variant, "laptop-truncated-bptt")
+    runs = synthetic_sweep(variant, "laptop-truncated-bptt", data=data)
     for run in runs:
         path = variant / "runs" / run.name / "result.json"
         result = json.loads(path.read_text())
@@ -664,7 +665,7 @@ def test_a_case_study_sweep_reports_delta_phi_against_the_base_it_reuses(tmp_pat
     assert doc["delta_phi"]["estimate"] == pytest.approx(-0.1, abs=0.02)
     assert doc["runs"]["shared_anchors"] == 17  # 12 main + 3 seed-1 + 2 wide r = 1 runs
     md = (variant / "report" / "report.md").read_text()
-    assert _lead(md)[0].startswith("**Case study: laptop-truncated-bptt lowers phi by 0.1")
+    assert _lead(md)[0].startswith("**Case study: laptop-truncated-bptt: lowers phi by 0.1")
     assert "## Case study: laptop-truncated-bptt against its base" in md
-    for name in ("delta_phi_per_budget", "isoflop_arms"):
+    for name in ("loss_change_by_r", "delta_phi_per_budget", "isoflop_arms"):
         assert (variant / "report" / "plots" / f"{name}.png").stat().st_size > 0

@@ -75,10 +75,11 @@ def case_study_page(tmp_path_factory) -> Path:
         patch.chdir(
             root
         )  # the variant's spec reuses results/laptop-factorial, relative to the working folder
-        synthetic_sweep(root / "results" / "laptop-factorial", "laptop")
+        data = {"path": str(root / "no-dataset")}  # one dataset for both arms (else compare refuses them)
+        synthetic_sweep(root / "results" / "laptop-factorial", "laptop", data=data)
         variant = root / "variant"
         rng = np.random.default_rng(3)
-        for run in synthetic_sweep(variant, "laptop-truncated-bptt"):
+        for run in synthetic_sweep(variant, "laptop-truncated-bptt", data=data):
             path = variant / "runs" / run.name / "result.json"
             result = json.loads(path.read_text())
             if run.r > 1:

@@ -91,6 +91,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="architecture template (model keys, a run's config.yaml, a sweep.yaml or folder); default: "
         "the template recorded in --fit, else the paper's",
     )
+    p.add_argument(
+        "--bptt-k",
+        type=int,
+        help="the looped model trains with truncated BPTT through its last K loops (FLOPs as trained); "
+        "default: the k recorded for --r in --fit, else full BPTT",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(func=run_equiv)
 
@@ -172,6 +178,18 @@ def _check_fix_phi(fix_phi: float | None) -> None:
         raise UserError(f"--fix-phi must lie in [{LOWER[PHI]:g}, {UPPER[PHI]:g}], got {fix_phi}")
 
 
+def _check_something_free(held, fix_phi: float | None) -> None:
+    """Refuse a fit with every parameter of the law held (--fix, --fix-phi, --prior): nothing to fit."""
+    from loopscale.errors import UserError
+    from loopscale.fit.priors import LABEL_TO_THETA
+
+    if fix_phi is not None and held is not None and set(LABEL_TO_THETA) - {"phi"} <= set(held.values):
+        raise UserError(
+            "nothing to fit: every parameter is fixed (E, A, B, alpha, beta, phi); leave at least one "
+            "(e.g. phi) out of --fix / --fix-phi / --prior to fit it"
+        )
+
+
 def _held(args: argparse.Namespace):
     """--fix and --prior → fit.priors.Held (or None); ``--fix phi=V`` becomes ``args.fix_phi`` = V, the one
     code path of ``--fix-phi V``. Bad input: one-line UserError, before SciPy loads."""
@@ -220,6 +238,7 @@ def run_fit(args: argparse.Namespace) -> int:
     _check_fit_counts(args, min_bootstrap=0)
     held = _held(args)
     _check_fix_phi(args.fix_phi)
+    _check_something_free(held, args.fix_phi)
     _check_law_flags(args)
     _check_output_paths(args.json_out, args.plots)
     table = load_table(args.table)
@@ -266,6 +285,7 @@ def run_equiv(args: argparse.Namespace) -> int:
     phi = args.phi
     template, source = _template(args.model_config)
     note = None
+    bptt_k = args.bptt_k
     if args.fit_json:
         path = Path(args.fit_json)
         try:
@@ -284,6 +304,9 @@ def run_equiv(args: argparse.Namespace) -> int:
         if template is None and isinstance(recorded, dict):
             template = from_dict(ModelConfig, recorded, f"{path}: settings.template.model")
             source = f"the template recorded in {path}"
+        recorded_k = ((doc.get("compute_optimal") or {}).get("bptt_k") or {}).get(str(args.r))
+        if bptt_k is None and isinstance(recorded_k, int):
+            bptt_k = recorded_k
         diagnostics = doc.get("diagnostics") or {}
         check = doc.get("law_check") or {}
         form = doc.get("form") or "paper"
@@ -298,8 +321,8 @@ def run_equiv(args: argparse.Namespace) -> int:
         raise UserError("give --phi or --fit FIT.json")
     from loopscale.fit.analyses import check_equivalence_inputs, equivalence  # SciPy, after the file checks
 
-    check_equivalence_inputs(args.params, args.r, phi)
-    out = equivalence(args.params, args.r, phi, template)
+    check_equivalence_inputs(args.params, args.r, phi, bptt_k)
+    out = equivalence(args.params, args.r, phi, template, bptt_k)
     out["template"] = source or "the paper's template (method §2)"
     if args.json:
         print(json.dumps(out, indent=2))
@@ -320,8 +343,9 @@ def run_equiv(args: argparse.Namespace) -> int:
         f"effective N_eff     {out['effective_params']:>16,.0f}  ({out['effective_ratio']:.4f} x; "
         f"layers only, injection ignored: {out['effective_ratio_layers_only']:.4f} x)"
     )
+    trained = "full BPTT" if out["bptt_k"] is None else f"truncated BPTT, last {out['bptt_k']} loops"
     print(
-        f"training cost       {out['flops_ratio']:.4f} x the non-looped model's FLOPs/token "
+        f"training cost       {out['flops_ratio']:.4f} x the non-looped model's FLOPs/token ({trained}) "
         f"(= a {out['cost_equivalent_params']:,.0f}-parameter non-looped model; injection "
         f"{100 * out['block_flops_overhead']:.1f}% of block FLOPs)"
     )
@@ -340,6 +364,10 @@ def run_compare(args: argparse.Namespace) -> int:
     _check_law_flags(args)
     _check_output_paths(args.json_out, None)
     base, variant = load_table(args.base), load_table(args.variant)
+    from loopscale.fit.comparable import check_setups
+
+    folders = (Path(p).resolve().parent for p in (args.base, args.variant))
+    notes = check_setups(*folders, base, variant)  # incomparable arms: one line, before any fitting
     from loopscale.fit.case_study import compare_arms, format_compare, to_json  # SciPy, after the checks
     from loopscale.progress import progress_bar
 
@@ -360,6 +388,7 @@ def run_compare(args: argparse.Namespace) -> int:
             advance=advance,
             held=held,
         )
+    doc["notes"] += notes
     print(format_compare(doc))
     if args.json_out:
         atomic_write_json(args.json_out, to_json(doc))

@@ -3,7 +3,9 @@
 Units: sizes are parameter counts, compute C is training FLOPs, D is tokens, losses are nats. Sizes and
 per-token FLOPs as functions of width come from ``loopscale.accounting`` (exact paper formulas): every
 count is a quadratic polynomial in d, so ``SizeModel`` reads its three coefficients off the accounting at
-three widths (and checks them at a fourth) and then evaluates them at any continuous width.
+three widths (and checks them at a fourth) and then evaluates them at any continuous width. A truncated-BPTT
+arm (k of r loops backpropagated, ``bptt_by_r``) is charged its FLOPs as trained: the r − k detached loops
+forward only (method §2.6, §4.2); its parameter counts are those of full BPTT.
 """
 
 from __future__ import annotations
@@ -41,22 +43,27 @@ class SizeModel:
     """N_once(d), N_rec(d), N(d) and F(d) of one (template, r) as exact quadratics in width d.
 
     ``split`` "paper" uses the paper's N_once/N_rec (method §3.1); "ls" the project page's least-squares split
-    (method §3.4) for N_once/N_rec, while N stays the exact unique-parameter count.
+    (method §3.4) for N_once/N_rec, while N stays the exact unique-parameter count. ``bptt_k``: loops
+    backpropagated through (None: full BPTT, k = r); it changes F (training FLOPs per token) only.
     """
 
     r: int
     split: str
     coeffs: dict[str, np.ndarray]  # name → (c0, c1, c2) with value = c0 + c1·d + c2·d²
+    bptt_k: int | None = None
 
     @classmethod
-    def build(cls, template: ModelConfig, r: int, split: str = "paper") -> SizeModel:
+    def build(
+        cls, template: ModelConfig, r: int, split: str = "paper", bptt_k: int | None = None
+    ) -> SizeModel:
         if split not in SPLITS:
             raise UserError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
+        bptt_k = None if bptt_k is None or int(bptt_k) == r else int(bptt_k)
         unit = template.head_dim
         widths = [unit * k for k in (2, 3, 5, 8)]
         samples = {"n_once": [], "n_rec": [], "n": [], "flops": []}
         for w in widths:
-            cfg = replace_config(template, width=w, r=r, bptt_k=None)
+            cfg = replace_config(template, width=w, r=r, bptt_k=bptt_k)
             counts = count_params(cfg)
             once, rec = (counts.n_once, counts.n_rec) if split == "paper" else ls_split(cfg)
             samples["n_once"].append(once)
@@ -74,7 +81,7 @@ class SizeModel:
                     f"{name} is not quadratic in width for this template; cannot solve over width"
                 )
             coeffs[name] = c
-        return cls(r=r, split=split, coeffs=coeffs)
+        return cls(r=r, split=split, coeffs=coeffs, bptt_k=bptt_k)
 
     def __call__(self, name: str, width) -> np.ndarray:
         c = self.coeffs[name]
@@ -87,21 +94,25 @@ class SizeModel:
         return float((-c1 + math.sqrt(c1 * c1 - 4 * c2 * (c0 - value))) / (2 * c2))
 
 
-def equivalence(params: float, r: int, phi: float, template: ModelConfig | None = None) -> dict[str, float]:
+def equivalence(
+    params: float, r: int, phi: float, template: ModelConfig | None = None, bptt_k: int | None = None
+) -> dict[str, float]:
     """A non-looped model of ``params`` parameters vs the r-loop model at the same width (method §9.8).
 
     Returns the looped model's unique and effective sizes (N_eff, paper split; and the layers-only ratio
     (ℓ_p + ℓ_c + r^φ·ℓ_rec)/depth that ignores the injection), its exact per-token training-FLOPs ratio to
-    the non-looped model, the injection's share of block FLOPs, and the non-looped size with the same
-    per-token training FLOPs (its training-cost equivalent).
+    the non-looped model, the injection's share of block FLOPs (weights only), and the non-looped size with
+    the same per-token training FLOPs (its training-cost equivalent). ``bptt_k``: the looped model trains
+    with truncated BPTT through its last k loops (None: full BPTT), so its FLOPs are those as trained: the
+    r − k detached loops forward only (method §2.6, §4.2); ``bptt_k`` in the output is k (None: full).
     """
-    check_equivalence_inputs(params, r, phi)
+    check_equivalence_inputs(params, r, phi, bptt_k)
     template = template or paper_template()
     try:
-        lay = replace_config(template, width=template.head_dim * 4, r=r).layout()
+        lay = replace_config(template, width=template.head_dim * 4, r=r, bptt_k=bptt_k).layout()
     except UserError as exc:
         raise UserError(f"r = {r} does not fit this template: {exc}") from None
-    plain, looped = SizeModel.build(template, 1), SizeModel.build(template, r)
+    plain, looped = SizeModel.build(template, 1), SizeModel.build(template, r, bptt_k=bptt_k)
     smallest = float(plain("n", template.head_dim))
     if params < smallest:
         raise UserError(
@@ -113,11 +124,15 @@ def equivalence(params: float, r: int, phi: float, template: ModelConfig | None 
     effective = float(n_eff(looped("n_once", width), looped("n_rec", width), r, phi))
     flops_looped = float(looped("flops", width))
     layers_only = (lay.prelude + lay.coda + float(r) ** phi * lay.rec_layers) / lay.effective_depth
-    n_b = block_params(width)
+    # loops as charged for weights: k forward + backward (6×), r − k forward only (2×), in units of 6×
+    k = r if looped.bptt_k is None else looped.bptt_k
+    loops_charged = k + (r - k) / 3
+    block_flops = (lay.prelude + lay.coda + loops_charged * lay.rec_layers) * block_params(width)
     return {
         "params": float(params),
         "r": r,
         "phi": phi,
+        "bptt_k": looped.bptt_k,
         "width": width,
         "unique_params": unique,
         "unique_ratio": unique / params,
@@ -126,16 +141,41 @@ def equivalence(params: float, r: int, phi: float, template: ModelConfig | None 
         "effective_ratio_layers_only": layers_only,
         "worth": float(r) ** phi,
         "flops_ratio": flops_looped / float(plain("flops", width)),
-        "block_flops_overhead": r * injection_params(width, lay) / (lay.effective_depth * n_b),
+        "block_flops_overhead": loops_charged * injection_params(width, lay) / block_flops,
         "cost_equivalent_params": float(plain("n", plain.width_for("flops", flops_looped))),
     }
+
+
+def bptt_by_r(table: RunTable) -> dict[int, int]:
+    """The truncated-BPTT FLOPs model of a results table: r → k for every r > 1 whose runs all backpropagated
+    through the same k < r loops (the table's ``bptt_k`` column). An r whose runs have k = r or no k (NaN)
+    trains with full BPTT and is left out. Runs at one r that disagree (k = 2 beside k = 4 or none) are a
+    one-line UserError: one frontier per r needs one FLOPs model."""
+    out: dict[int, int] = {}
+    for r in sorted(set(int(v) for v in table.r)):
+        ks = np.asarray(table.bptt_k[table.r == r], float)
+        ks = np.where(np.isfinite(ks), ks, float(r))  # no k recorded: full BPTT
+        bad = [k for k in ks.tolist() if not (float(k).is_integer() and 1 <= k <= r)]
+        if bad:
+            raise UserError(f"r = {r}: bptt_k = {bad[0]:g} is not a whole number of loops in 1..{r}")
+        found = sorted(set(int(k) for k in ks.tolist()))
+        if len(found) > 1:
+            named = ", ".join("full" if k == r else f"k = {k}" for k in found)
+            raise UserError(
+                f"the runs at r = {r} disagree on truncated BPTT ({named}): one FLOPs model per r is needed "
+                f"for the frontier; fit each bptt_k's runs separately"
+            )
+        if found[0] < r:
+            out[r] = found[0]
+    return out
 
 
 MAX_PARAMS = 1e15  # larger sizes are typos (a quadrillion non-embedding parameters)
 
 
-def check_equivalence_inputs(params: float, r: int, phi: float) -> None:
-    """Refuse NaN/inf/non-positive/absurd sizes, r < 1 and φ outside the fit box (one-line UserError)."""
+def check_equivalence_inputs(params: float, r: int, phi: float, bptt_k: int | None = None) -> None:
+    """Refuse NaN/inf/non-positive/absurd sizes, r < 1, φ outside the fit box and a truncation window
+    ``bptt_k`` outside 1..r (one-line UserError)."""
     if not (isinstance(params, int | float) and math.isfinite(params) and params > 0):
         raise UserError(f"params must be a finite positive parameter count, got {params!r}")
     if params > MAX_PARAMS:
@@ -146,6 +186,8 @@ def check_equivalence_inputs(params: float, r: int, phi: float) -> None:
         raise UserError(
             f"phi must be a finite number in the fit box [{LOWER[PHI]:g}, {UPPER[PHI]:g}], got {phi!r}"
         )
+    if bptt_k is not None and not (float(bptt_k).is_integer() and 1 <= bptt_k <= r):
+        raise UserError(f"bptt_k must be a whole number of loops in 1..r = {r:g}, got {bptt_k!r}")
 
 
 def residual_stats(observed: np.ndarray, predicted: np.ndarray, r: np.ndarray) -> dict:
@@ -172,6 +214,7 @@ def compute_optimal(
     width_range: tuple[float, float] | None = None,
     widths_run: tuple[float, float] | None = None,
     extension: tuple[str, float | None] | None = None,
+    bptt_k: dict[int, int] | None = None,
 ) -> dict:
     """Minimise L(N_eff(d), C/F(d)) over continuous width d for every (r, C) (method §8.7, §9.6).
 
@@ -185,11 +228,16 @@ def compute_optimal(
     (``at_edge``); with ``widths_run`` (the narrowest and widest width of the runs behind the fit) each row
     also says whether its optimum lies inside that range (``within_widths_run``; outside it is an
     extrapolation of the law).
+
+    ``bptt_k`` (r → k, ``bptt_by_r``): the r whose runs trained with truncated BPTT through k loops; their
+    F(d) is the FLOPs per token as trained (so D = C/F is the tokens such a run sees). The result records it
+    as ``bptt_k`` ({"4": 2, …}; empty: full BPTT at every r).
     """
     template = template or paper_template()
     width_range = width_range or (float(template.head_dim), 65536.0)
     budgets = sorted(float(b) for b in budgets)
     phi = coef.get("phi")
+    bptt_k = {int(r): int(k) for r, k in (bptt_k or {}).items()}
 
     def _covariate(once, rec, r: int, c: float) -> tuple:
         """(extension, z) for ``law_loss`` under an extension; nothing for the paper's law."""
@@ -199,7 +247,7 @@ def compute_optimal(
 
     frontier: dict[str, dict] = {}
     for r in sorted(set(int(v) for v in rs)):
-        sizes = SizeModel.build(template, r, split)
+        sizes = SizeModel.build(template, r, split, bptt_k.get(r))
         rows = []
         for c in budgets:
 
@@ -240,7 +288,8 @@ def compute_optimal(
         base = {row["budget"]: row["loss"] for row in frontier["1"]["rows"]}
         for entry in frontier.values():
             entry["gap_to_r1"] = [row["loss"] - base[row["budget"]] for row in entry["rows"]]
-    return {"split": split, "budgets": budgets, "per_r": frontier}
+    truncated = {str(r): bptt_k[r] for r in sorted(bptt_k) if str(r) in frontier and bptt_k[r] < r}
+    return {"split": split, "budgets": budgets, "per_r": frontier, "bptt_k": truncated}
 
 
 def parabola_minima(table: RunTable) -> list[dict]:

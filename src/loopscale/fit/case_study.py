@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from loopscale.errors import UserError
 from loopscale.fit.analyses import cell_gaps, parabola_minima
 from loopscale.fit.compare import (
     PAPER_EFFECTS,
@@ -23,14 +24,13 @@ from loopscale.fit.compare import (
     delta_phi_shared,
     make_arms,
     per_budget,
-    power,
     trend_change,
 )
+from loopscale.fit.effects import REFERENCE_EFFECTS, analyse_pairs
 from loopscale.fit.fitter import fit_law
 from loopscale.fit.priors import NO_LAW_CHECK, Held, fixed_lines, fixed_settings
 from loopscale.fit.table import RunTable
 
-POWER_EFFECTS = (0.08, 0.19)  # |Δφ| of the paper's two case studies, rounded (method §9.11)
 TREND_FORMS = ("phi-trend-c", "phi-trend-n")
 SAME_OPTIMUM = 0.01  # |log N* ratio| below which the optimum has not moved (1%)
 
@@ -143,16 +143,123 @@ def mc_text(d: dict) -> str:
 
 
 def verdict(doc: dict) -> str:
-    """The first line: whether the law holds on the arms, then what Δφ is, with its interval and test (and
-    which parameters were held: Δφ is conditional on them)."""
+    """The first line: whether the law holds on the arms, then what the recipe does: the effect model the
+    matched pairs choose (``fit.effects``) with its size, interval and tests, or, without pairs, what Δφ
+    is (and which parameters were held: Δφ is conditional on them)."""
     rejected = _rejected_arms(doc)
-    lead = (
-        f"the law check rejects one constant phi on the {rejected}, so delta phi compares averages over "
-        "budgets, not measurements: " if rejected else ""
-    )
     fixed = doc["settings"]["fixed"]
     given = f" (given {', '.join(fixed)} held fixed, not fitted)" if fixed else ""
+    if doc.get("effects"):
+        lead = f"the law check rejects one constant phi on the {rejected}; " if rejected else ""
+        return lead + f"{doc['name']}: " + effect_sentence(doc["effects"]) + given
+    lead = (
+        f"the law check rejects one constant phi on the {rejected}, so delta phi compares averages over "
+        "budgets, not measurements: "
+        if rejected
+        else ""
+    )
     return lead + _delta_phi_sentence(doc) + given
+
+
+def _p(test: dict) -> str:
+    return p_text(test["p"])
+
+
+def effect_sentence(e: dict) -> str:
+    """What the pairs say, in words and nats (``fit.effects.analyse_pairs``'s document)."""
+    models, tests, per_r = e["models"], e["tests"], e["per_r"]
+    phi, off, both = models["delta phi"], models["offset"], models["offset + delta phi"]
+    profile = (
+        "loss change "
+        + " / ".join(f"{v['change']:+.3f}" for v in per_r.values())
+        + f" nats at r = {' / '.join(per_r)}"
+    )
+    dphi = f"{phi['delta_phi']:+.3f} {_fmt_ci(phi['ci'].get('delta_phi'))}"
+    tested = (
+        f"(excess beyond tokens: {_p(tests['any'])}; delta phi beyond an offset: {_p(tests['delta_phi'])}; "
+    )
+    tested += f"an offset beyond delta phi: {_p(tests['offset'])})"
+    chosen = e["chosen"]
+    if chosen == "tokens only":
+        ratio = float(np.mean([v["token_ratio"] for v in per_r.values()]))
+        predicted = " / ".join(f"{v['token_part']:+.3f}" for v in per_r.values())
+        what = (
+            f"a token gain, not a change of phi: at the same FLOPs it trains on {ratio:.2f}x the tokens, "
+            "and the "
+            if abs(ratio - 1) > 0.05
+            else "no effect beyond what N and D predict: the "
+        )
+        return (
+            f"{what}{profile} is what the base law predicts from its N and D ({predicted}) {tested}; "
+            f"delta phi {dphi}"
+        )
+    if chosen == "offset":
+        return (
+            f"not a change of phi: the {profile} is flat in r, a constant {off['offset']:+.3f} nats "
+            f"{_fmt_ci(off['ci']['offset'])} for every looped model; the delta-phi-only model ({dphi}) is "
+            f"rejected {tested}"
+        )
+    if chosen == "delta phi":
+        way = "raises" if phi["delta_phi"] > 0 else "lowers"
+        return (
+            f"{way} phi by {abs(phi['delta_phi']):.3f} {_fmt_ci(phi['ci']['delta_phi'])} ({profile}, "
+            f"growing with r as a change of phi must) {tested}"
+        )
+    if chosen == "offset + delta phi":
+        return (
+            f"both a constant {both['offset']:+.3f} nats {_fmt_ci(both['ci']['offset'])} on every looped "
+            f"model and delta phi {both['delta_phi']:+.3f} {_fmt_ci(both['ci']['delta_phi'])} ({profile}) "
+            f"{tested}"
+        )
+    mean = float(np.mean([row["excess"] for row in e["pairs"]]))
+    return (
+        f"an excess of {mean:+.3f} nats beyond tokens that this design cannot attribute to phi or to an "
+        f"offset ({profile}) {tested}; delta phi alone would be {dphi}"
+    )
+
+
+def effect_lines(e: dict) -> list[str]:
+    """The pairs' effect models as text lines: per r, each model's fit, the tests, the calibration."""
+    lines = [
+        f"matched pairs (budget, width, r, seed): {e['n_pairs']} in {e['clusters']} (r, width) clusters; "
+        f"token part from the base law ({e['base_form']} form, {e['base_resamples']} bootstrap draws)"
+    ]
+    for r, v in e["per_r"].items():
+        lines.append(
+            f"  r = {r}: {v['pairs']} pairs, loss change {v['change']:+.4f} (sd {v['change_sd'] or 0:.4f}), "
+            f"token part {v['token_part']:+.4f} ({v['token_ratio']:.3f}x tokens), excess {v['excess']:+.4f}"
+        )
+    for name, m in e["models"].items():
+        coefs = [
+            f"{label} {m[key]:+.4f} {_fmt_ci(m['ci'][key])} (SE {m['se'][key]:.4f}: pairs "
+            f"{m['se_pairs'][key]:.4f}, base law {m['se_base_law'][key]:.4f})"
+            for key, label in (("offset", "offset (nats)"), ("delta_phi", "delta phi"))
+            if key in m["ci"]
+        ]
+        mark = " <- chosen" if name == e["chosen"] else ""
+        lines.append(f"  model {name}: {'; '.join(coefs) or 'no excess'}; RSS {m['rss']:.5f}{mark}")
+    t = e["tests"]
+    lines.append(
+        f"  tests (Monte Carlo p, {e['simulations']} simulated tables per null): excess beyond tokens "
+        f"{_p(t['any'])}, delta phi beyond an offset {_p(t['delta_phi'])}, an offset beyond delta phi "
+        f"{_p(t['offset'])}"
+    )
+    worst = max(c["wrong_attribution"] for c in e["calibration"].values())
+    lines.append(
+        "  the rule on tables simulated with each model as the truth: "
+        + "; ".join(f"{k}: names it {c['power']:.2f}" for k, c in e["calibration"].items())
+        + f"; wrong attribution at most {worst:.3f}"
+    )
+    return lines
+
+
+def effect_power(e: dict) -> dict[str, float]:
+    """Power of the pairs' rule to name a Δφ of each reference size alone (simulated on this design)."""
+    return {
+        f"{d:+.2f}": e["calibration"][f"delta phi = {d:+.2f}"]["power"]
+        for d in REFERENCE_EFFECTS
+        if f"delta phi = {d:+.2f}" in e["calibration"]
+    }
 
 
 def _delta_phi_sentence(doc: dict) -> str:
@@ -180,8 +287,12 @@ def _delta_phi_sentence(doc: dict) -> str:
             f"({p_text(d['p'])}): the interval's {side} end lies within Monte Carlo error of 0 even at "
             f"{d['resamples']} resamples (range {_fmt_ci(near)}){form}"
         )
-    p08 = doc["power"].get("0.08")
-    power_text = "" if p08 is None else f"; this design's power for |delta phi| = 0.08 is {p08:.2f}"
+    p08 = doc["power"].get(f"{REFERENCE_EFFECTS[0]:+.2f}")
+    power_text = (
+        ""
+        if p08 is None
+        else f"; this design's power for delta phi = {REFERENCE_EFFECTS[0]:+.2f} is {p08:.2f}"
+    )
     return (
         f"delta phi not resolved for {name}: {d['estimate']:+.3f} {_fmt_ci(d['ci'])} ({p_text(d['p'])})"
         f"{form}{power_text}"
@@ -237,6 +348,7 @@ def compare_arms(
         "loss_change": loss_changes(arms),
         "optimum_shift": optimum_shift(arms),
         "loop_tax": {"base": loop_tax(arms.base_table), "variant": loop_tax(arms.variant_table)},
+        "effects": None,
         "power": {},
         "runs": {
             "base": len(arms.base_table),
@@ -256,11 +368,21 @@ def compare_arms(
         },
         "notes": notes,
     }
+    try:
+        base_fit = fit_law(
+            arms.base_table, restarts=restarts, seed=seed, extension=None if form == "paper" else form,
+            held=held.theta if held else None,
+        )  # fmt: skip
+        doc["effects"] = analyse_pairs(
+            arms.base_table, arms.variant_table, base_fit, base_resamples=resamples, seed=seed
+        )
+        doc["power"] = effect_power(doc["effects"])
+    except UserError as exc:  # tables without matched pairs: the shared fit alone
+        doc["effects"] = None
+        doc["notes"].append(f"no matched-pair analysis: {exc}")
     if form != "paper":
         paper = delta_phi_shared(arms, "paper", resamples=0, held=held, **settings)
         doc["delta_phi_paper_form"] = {k: paper[k] for k in ("estimate", "F_test", "phi")}
-    if shared["se"] is not None:
-        doc["power"] = {f"{e:.2f}": power(e, shared["se"]) for e in POWER_EFFECTS}
     doc["verdict"] = verdict(doc)
     return doc
 
@@ -322,10 +444,12 @@ def format_compare(doc: dict) -> str:
         top = [g for g in gaps if g["r"] == max((g["r"] for g in gaps), default=0)]
         text = ", ".join(f"{g['gap']:+.3f} at {g['budget']:.3g}" for g in top) or "no bracketed cells"
         lines.append(f"loop tax ({arm}, largest r): {text}")
+    if doc.get("effects"):
+        lines += effect_lines(doc["effects"])
     if doc["power"]:
         lines.append(
-            "power of this design (two-sided 5%, bootstrap SE): "
-            + ", ".join(f"|delta phi| = {k}: {v:.2f}" for k, v in doc["power"].items())
+            "power of the pairs' rule to name delta phi alone (simulated on this design): "
+            + ", ".join(f"delta phi = {k}: {v:.2f}" for k, v in doc["power"].items())
         )
     lines += [f"note: {n}" for n in doc["notes"]]
     return "\n".join(lines)

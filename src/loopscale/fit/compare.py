@@ -56,6 +56,7 @@ from loopscale.fit.bootstrap import (
     simulate_tables,
     variance_components,
 )
+from loopscale.fit.comparable import check_tables
 from loopscale.fit.fitter import Box, LawFit, design_for, fit_law, fit_many, minimise_batch
 from loopscale.fit.law import (
     EXT,
@@ -105,19 +106,30 @@ def _key(t: RunTable, i: int) -> tuple:
 
 def make_arms(base: RunTable, variant: RunTable) -> Arms:
     """Both tables restricted to the variant's budgets and joined: the base's runs, the variant's looped
-    runs, and the variant's r = 1 runs that the base does not already hold (identical runs count once)."""
+    runs, and the variant's r = 1 runs that the base does not already hold (identical runs count once).
+
+    Refused (one-line UserError): tables ``fit.comparable.check_tables`` finds incomparable (an r = 1 run
+    in both with another loss, r = 1 sizes that differ at one width), and a base with runs at one of the
+    variant's budgets only: at one budget tokens are a fixed power of N, so α, β and φ trade off and Δφ is
+    not identified (a confident verdict there would rest on the box's edges, not on the runs)."""
     for name, t in (("base", base), ("variant", variant)):
         if not t.has_budget:
             raise UserError(f"{name} table needs a 'budget' column (training FLOPs) to pair the two arms")
+    check_tables(base, variant)
     looped = variant.subset(variant.r > 1)
     if len(looped) == 0:
         raise UserError("the variant table has no looped run (r > 1): there is no phi to compare")
     budgets = sorted(set(looped.budget.tolist()))
+    shown = ", ".join(f"{c:.3g}" for c in budgets)
     base = base.subset(np.isin(base.budget, budgets))
     if not np.any(base.r == 1) or not np.any(base.r > 1):
+        raise UserError(f"the base table needs r = 1 runs and looped runs at the variant's budgets ({shown})")
+    held = sorted(set(base.budget.tolist()))
+    if len(held) == 1:
         raise UserError(
-            "the base table needs r = 1 runs and looped runs at the variant's budgets "
-            f"({', '.join(f'{c:.3g}' for c in budgets)})"
+            f"the base has runs at one budget only (C = {held[0]:.3g}) of the variant's budgets ({shown}): "
+            "delta phi is not identified (alpha, beta and phi trade off at one budget); add runs of both "
+            "arms at a second budget"
         )
     anchors = variant.subset((variant.r == 1) & np.isin(variant.budget, budgets))
     base_keys = {_key(base, i) for i in range(len(base)) if base.r[i] == 1}

@@ -56,3 +56,17 @@ def end_ranges_text(ranges, digits: int = 2) -> str:
     if not ranges or len(ranges) != 2:
         return "–"
     return " / ".join(interval_text(r, digits=digits) for r in ranges)
+
+
+def bptt_text(bptt_k: dict, rs=()) -> str:
+    """Which FLOPs per token a frontier or equivalence used: full BPTT, or truncated BPTT with its k per r
+    (``fit.analyses.bptt_by_r``; keys may be str from fit.json). ``rs``: every loop count of the table, to
+    name the r > 1 that kept full BPTT beside truncated ones."""
+    if not bptt_k:
+        return "full BPTT (every loop backpropagated), FLOPs per token as trained"
+    ks = {int(r): int(k) for r, k in bptt_k.items()}
+    full = [int(r) for r in rs if int(r) > 1 and int(r) not in ks]
+    pairs = ", ".join(f"r={r}: k={k}" for r, k in sorted(ks.items()))
+    pairs += "".join(f", r={r}: full" for r in full)
+    rule = "k = ⌈r/2⌉" if not full and all(k == -(-r // 2) for r, k in ks.items()) else "the last k"
+    return f"truncated BPTT: {rule} loops backpropagated ({pairs}), FLOPs per token as trained"

@@ -55,6 +55,7 @@ from loopscale.fit.power import ENOUGH_POWER, phi_trend_power, power_text
 from loopscale.fit.table import RunTable
 
 FAMILY_LEVEL = 0.01  # chance of any false alarm when the law holds (Bonferroni over the tests)
+LACK_OF_FIT_CAUTION = 0.01  # a lack of fit below this p passes the family level but is not called "holds"
 MIN_BUDGETS = 3
 CHECK_RESTARTS = 10  # fresh starts per law-check refit, on top of warm starts at the pooled fit (its optimum)
 SHAPE_FIXED = (2, 3, 4)  # e, alpha, beta: held at the pooled fit for φ per budget
@@ -533,6 +534,12 @@ def _verdict(doc: dict, power) -> None:
                 f"the law holds on these runs: none of {len(tests)} tests rejects one constant phi ({level}; "
                 f"the phi-trend test had {power_text(doc['power'])})"
             )
+            lof = (doc.get("lack_of_fit") or {}).get("p")
+            if lof is not None and lof < LACK_OF_FIT_CAUTION:  # passes the family level, not a clean fit
+                doc["headline"] = (
+                    f"the law is not rejected on these runs (none of {len(tests)} tests rejects one constant "
+                    f"phi at {level}), but its lack of fit has p = {lof:.2g}: not rejected, not confirmed"
+                )
         else:  # a test that could not have rejected the law is no evidence for it
             doc["verdict"] = "inconclusive"
             doc["headline"] = (

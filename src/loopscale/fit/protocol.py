@@ -19,6 +19,7 @@ import numpy as np
 from loopscale.config import ModelConfig, to_dict
 from loopscale.errors import UserError
 from loopscale.fit.analyses import (
+    bptt_by_r,
     cell_gaps,
     compute_optimal,
     loop_worth,
@@ -29,6 +30,7 @@ from loopscale.fit.analyses import (
 from loopscale.fit.bootstrap import BOOTSTRAP_RESTARTS, bootstrap_fit, random_effects_bootstrap
 from loopscale.fit.diagnostics import diagnose
 from loopscale.fit.fitter import LawFit, fit_law
+from loopscale.fit.labels import bptt_text
 from loopscale.fit.law import EXTENSIONS, FORMS, HUBER_DELTA, LOWER, PHI, UPPER
 from loopscale.fit.lawcheck import check_law
 from loopscale.fit.priors import NO_LAW_CHECK, Held, fixed_lines, fixed_settings
@@ -233,7 +235,9 @@ class Protocol:
                 ),
             ]
         if self.compute_optimal:
-            lines += ["", "compute-optimal frontier (fitted law, exact FLOPs over continuous width):"]
+            flops = bptt_text(self.compute_optimal.get("bptt_k"), self.compute_optimal["per_r"])
+            head = f"compute-optimal frontier (fitted law, exact FLOPs over continuous width; {flops}):"
+            lines += ["", head]
             for r, e in self.compute_optimal["per_r"].items():
                 gaps = e.get("gap_to_r1")
                 gap = f", gap to r=1 {min(gaps):+.3f}..{max(gaps):+.3f}" if gaps and r != "1" else ""
@@ -337,7 +341,9 @@ def run_protocol(
     N and FLOPs per token for the compute-optimal frontier; None uses the paper's template when the table
     has widths (``fit.template.template_for_table`` finds a sweep's own template); ``template_source`` says
     where it came from (recorded in ``settings["template"]``). A template whose N at the runs' widths
-    differs from the table's is not used for the frontier (a note says why). ``split`` "ls" refits with the
+    differs from the table's is not used for the frontier (a note says why); the table's ``bptt_k`` column
+    gives each r's FLOPs per token as trained (``analyses.bptt_by_r``: truncated BPTT charges its detached
+    loops forward only). ``split`` "ls" refits with the
     project page's least-squares N_once/N_rec split (method §3.4). ``profile`` computes the profile-likelihood
     interval for φ (joint law only).
 
@@ -470,14 +476,13 @@ def run_protocol(
         run_range = (float(widths.min()), float(widths.max())) if widths.size else None
         try:
             ext = None if main.extension is None else (main.extension, main.ext_ref)
+            sizes = dict(widths_run=run_range, bptt_k=bptt_by_r(table))  # FLOPs per token as trained
             frontier = compute_optimal(
-                main.coefficients, budgets, rs, template, split, widths_run=run_range, extension=ext
+                main.coefficients, budgets, rs, template, split, extension=ext, **sizes
             )
             frontier["form"] = main.law_form
             frontier_per_r_law = {
-                r: compute_optimal(f.coefficients, budgets, [int(r)], template, split, widths_run=run_range)[
-                    "per_r"
-                ][r]
+                r: compute_optimal(f.coefficients, budgets, [int(r)], template, split, **sizes)["per_r"][r]
                 for r, f in per_r.items()
             }
         except UserError as exc:

@@ -2,7 +2,9 @@
 
 Required columns: ``r``, ``n_once``, ``n_rec``, ``tokens``, ``loss`` (final validation loss in nats); or, for
 non-looped data, ``params``, ``tokens``, ``loss`` (taken as r = 1, N_once = params, N_rec = 0). Optional:
-``budget`` (training FLOPs; with r it defines the bootstrap cells), ``width``, ``run``, ``status`` (rows whose
+``budget`` (training FLOPs; with r it defines the bootstrap cells), ``width``, ``seed`` (pairs a variant's run
+with the base's in ``loopscale compare``), ``bptt_k`` (loops trained with gradients; the FLOPs model of a
+truncated-BPTT arm), ``run``, ``status`` (rows whose
 status is not "ok" are skipped with a warning and listed in ``RunTable.skipped``). Other columns (the
 ``loopscale collect`` schema has many) are ignored. A usable row with a missing, non-finite or non-positive
 size, token count or loss is bad input: a one-line ``UserError`` naming the row. ``n_once = 0`` is allowed
@@ -47,7 +49,14 @@ class RunTable:
     loss: np.ndarray
     budget: np.ndarray  # training FLOPs; NaN where the table has none
     width: np.ndarray  # d_model; NaN where the table has none
+    seed: np.ndarray = None  # training seed; NaN where the table has none
+    bptt_k: np.ndarray = None  # loops backpropagated through (k = r: full BPTT); NaN where the table has none
     skipped: list[tuple[str, str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for name in ("seed", "bptt_k"):  # optional columns: NaN when a caller builds a table without them
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, np.full(len(self.loss), math.nan))
 
     def __len__(self) -> int:
         return len(self.loss)
@@ -98,7 +107,7 @@ class RunTable:
         return replace(self, n_once=n_once, n_rec=n_rec)
 
 
-_COLUMNS = ("run", "r", "n_once", "n_rec", "tokens", "loss", "budget", "width")
+_COLUMNS = ("run", "r", "n_once", "n_rec", "tokens", "loss", "budget", "width", "seed", "bptt_k")
 
 
 def load_table(source: str | Path | list[dict] | dict[str, Any]) -> RunTable:
@@ -208,6 +217,8 @@ def _build(rows: list[dict], where: str) -> RunTable:
         out["loss"].append(loss)
         out["budget"].append(_number(row.get("budget")))
         out["width"].append(_number(row.get("width")))
+        out["seed"].append(_number(row.get("seed")))
+        out["bptt_k"].append(_number(row.get("bptt_k")))
     _refuse_duplicates(seen, where)
     if skipped:
         warnings.warn(
@@ -236,6 +247,8 @@ def _build(rows: list[dict], where: str) -> RunTable:
         loss=np.array(out["loss"], dtype=float),
         budget=budget,
         width=np.array(out["width"], dtype=float),
+        seed=np.array(out["seed"], dtype=float),
+        bptt_k=np.array(out["bptt_k"], dtype=float),
         skipped=skipped,
     )
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from loopscale.fit.labels import count_label, flops_label
+from loopscale.fit.labels import bptt_text, count_label, flops_label
 from loopscale.report.document import Section, Table
 
 
@@ -49,7 +49,8 @@ def frontier_section(doc) -> Section:
         for r, e in frontier["per_r"].items()
         if "a_N" in e and r not in unidentified_r
     )
-    blocks: list = [Table(header, rows)]
+    flops = bptt_text(frontier.get("bptt_k"), frontier["per_r"])
+    blocks: list = [f"FLOPs model: {flops}.", Table(header, rows)]
     if exps:
         blocks.append(exps + ".")
     if unidentified_r:

@@ -96,16 +96,17 @@ def build_report(
 
     case_study = None
     if spec.reuse:  # a case study: Δφ against the base sweep whose r = 1 runs it reuses
-        compare_doc, case_study, delta_phi = _case_study(spec, table, folder, restarts, bootstrap, seed)
+        settings = {"restarts": restarts, "bootstrap": bootstrap, "seed": seed}
+        compare_doc, case_study, case_figures = _case_study(spec, table, sweep_dir, folder, **settings)
         atomic_write_json(folder / "compare.json", compare_doc)
         summary = f"{compare_doc['verdict']}; {summary}"
     report = Document(
         title=f"loopscale report: sweep {spec.name}",
         lead=lead_blocks(doc, below_bigram),
         headline=headline_table(
-            doc, len(table), len(rows), below_bigram, compare_doc["delta_phi"] if case_study else None
+            doc, len(table), len(rows), below_bigram, compare_doc if case_study else None
         ),
-        key_figures=[delta_phi if case_study else figures.pop(KEY_FIGURE)],
+        key_figures=case_figures if case_study else [figures.pop(KEY_FIGURE)],
     )
     if case_study:
         report.lead.insert(0, f"**Case study: {compare_doc['verdict']}** (section below; compare.json).")
@@ -157,12 +158,15 @@ def _rows(sweep_dir: Path) -> list[dict]:
     return collect(sweep_dir)[0]
 
 
-def _case_study(spec, table, folder: Path, restarts: int, bootstrap: int, seed: int):
-    """``report.compare.case_study`` of this sweep (the variant) against its first ``reuse`` folder."""
+def _case_study(spec, table, sweep_dir: Path, folder: Path, restarts: int, bootstrap: int, seed: int):
+    """``report.compare.case_study`` of this sweep (the variant) against its first ``reuse`` folder;
+    arms that are not comparable (``fit.comparable``: another vocabulary, template or data) are refused."""
+    from loopscale.fit.comparable import check_setups
     from loopscale.report.compare import case_study
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SkippedRunsWarning)
         base = load_table(_rows(Path(spec.reuse[0])))
+    check_setups(Path(spec.reuse[0]), sweep_dir, base, table)  # its note (nothing to check) is not shown
     settings = {"restarts": restarts, "resamples": bootstrap, "seed": seed}
     return case_study(base, table, spec.name, folder / "plots", **settings)

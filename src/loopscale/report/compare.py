@@ -12,8 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from loopscale.fit.case_study import compare_arms, loss_change_text, mc_text, p_text, to_json
+from loopscale.fit.case_study import compare_arms, effect_sentence, loss_change_text, mc_text, p_text, to_json
 from loopscale.fit.compare import PAPER_EFFECTS, make_arms
+from loopscale.fit.effects import MODELS, UNATTRIBUTED
 from loopscale.fit.labels import flops_label
 from loopscale.fit.table import RunTable
 from loopscale.report.document import Bullets, Image, Section, Table
@@ -32,13 +33,16 @@ def paper_effect(name: str) -> tuple[str, float] | None:
 
 def case_study(
     base: RunTable, variant: RunTable, name: str, out_dir: Path, **settings
-) -> tuple[dict, Section, Image]:
-    """Run ``compare_arms``; (compare.json's content, the section, the Δφ-per-budget figure for the first
-    screen), the figures written under ``out_dir``."""
+) -> tuple[dict, Section, list[Image]]:
+    """Run ``compare_arms``; (compare.json's content, the section, the figures for the first screen: the
+    loss change per r with the effect models' curves, and Δφ per budget), the figures written under
+    ``out_dir``."""
     doc = compare_arms(base, variant, name=name, **settings)
-    delta_phi = delta_phi_figure(doc, out_dir / "delta_phi_per_budget")
+    key = [delta_phi_figure(doc, out_dir / "delta_phi_per_budget")]
+    if doc.get("effects"):
+        key.insert(0, effects_figure(doc, out_dir / "loss_change_by_r"))
     arms = isoflop_arms_figure(make_arms(base, variant), out_dir / "isoflop_arms")
-    return to_json(doc), _section(doc, arms), Image(delta_phi, caption(delta_phi))
+    return to_json(doc), _section(doc, arms), [Image(path, caption(path)) for path in key]
 
 
 def _ci(ci) -> str:
@@ -49,6 +53,8 @@ def _section(doc: dict, arms_figure: Path) -> Section:
     d, s = doc["delta_phi"], doc["delta_phi_separate"]
     effect = paper_effect(doc["name"])
     blocks: list = [f"**{doc['verdict']}**"]
+    if doc.get("effects"):
+        blocks += _effect_blocks(doc["effects"])
     items = [
         f"Shared-nuisance estimate ({d['form']} form, {d['n_runs']} runs): Δφ = {d['estimate']:+.3f} "
         + (
@@ -80,8 +86,10 @@ def _section(doc: dict, arms_figure: Path) -> Section:
         )
     if doc["power"]:
         items.append(
-            "Power of this design for the paper's effect sizes (two-sided 5%, from the bootstrap SE "
-            f"{d['se']:.3f}): " + ", ".join(f"|Δφ| = {k}: {v:.2f}" for k, v in doc["power"].items()) + "."
+            "Power of the pairs' rule to name a Δφ of the paper's sizes (alone, simulated on this design "
+            "with the errors these pairs show): "
+            + ", ".join(f"Δφ = {k}: {v:.2f}" for k, v in doc["power"].items())
+            + "."
         )
     for arm, check in (doc["law_check"] or {}).items():
         items.append(f"Law check of the {arm} arm: **{check['verdict']}** — {check['headline']}.")
@@ -104,7 +112,16 @@ def _section(doc: dict, arms_figure: Path) -> Section:
     )
     blocks.append(
         Table(
-            ["budget (FLOPs)", "r", "N* base", "N* variant", "optimum", "loop tax base", "loop tax variant"],
+            [
+                "budget (FLOPs)",
+                "r",
+                "N* base",
+                "N* variant",
+                "optimum (observed)",
+                "N* ratio the chosen effect model implies",
+                "loop tax base",
+                "loop tax variant",
+            ],
             _optimum_rows(doc),
         )
     )
@@ -112,10 +129,135 @@ def _section(doc: dict, arms_figure: Path) -> Section:
     return Section(f"Case study: {doc['name']} against its base", blocks)
 
 
+def _effect_blocks(e: dict) -> list:
+    """The matched-pair analysis: per r, the four effect models, the tests and the rule's calibration."""
+    t = e["tests"]
+    intro = (
+        f"**Is it φ?** {e['n_pairs']} seed-matched pairs (variant − base at the same budget, width, r and "
+        f"seed) in {e['clusters']} (r, width) clusters. The base law ({e['base_form']} form; "
+        f"{e['base_resamples']} bootstrap draws carry its uncertainty) predicts the part of each loss change "
+        "that the variant's own N and D explain (the token part); the excess is fitted under four effect "
+        "models. A change of φ must grow with r; an offset is the same at every r. Tests (Monte Carlo p "
+        f"against {e['simulations']} tables simulated under each null): excess beyond tokens "
+        f"{p_text(t['any']['p'])}; "
+        f"Δφ beyond an offset {p_text(t['delta_phi']['p'])}; an offset beyond Δφ {p_text(t['offset']['p'])}. "
+        f"Chosen: **{e['chosen']}** — {effect_sentence(e)}."
+    )
+    names = [m for m in MODELS if m != "tokens only"]
+    per_r = Table(
+        ["r", "pairs", "loss change", "tokens (variant/base)", "token part", "excess", *names],
+        [
+            [
+                r,
+                str(v["pairs"]),
+                f"{v['change']:+.4f}",
+                f"{v['token_ratio']:.3f}x",
+                f"{v['token_part']:+.4f}",
+                f"{v['excess']:+.4f}",
+                *(f"{v['predicted'][m]:+.4f}" for m in names),
+            ]
+            for r, v in e["per_r"].items()
+        ],
+    )
+
+    def coef(m: dict, key: str) -> str:
+        if key not in m["ci"]:
+            return "–"
+        return (
+            f"{m[key]:+.4f} {_ci(m['ci'][key])} (SE {m['se'][key]:.4f}: pairs {m['se_pairs'][key]:.4f}, base "
+            f"law {m['se_base_law'][key]:.4f})"
+        )
+
+    models = Table(
+        ["model", "offset (nats)", "Δφ", "RSS (nats²)", "chosen"],
+        [
+            [
+                name,
+                coef(m, "offset"),
+                coef(m, "delta_phi"),
+                f"{m['rss']:.5f}",
+                "yes" if name == e["chosen"] else "",
+            ]
+            for name, m in e["models"].items()
+        ],
+    )
+    labels = [*MODELS, UNATTRIBUTED]
+    calibration = Table(
+        ["truth (simulated)", *labels, "wrong attribution"],
+        [
+            [
+                f"{label}: offset {c['truth']['offset']:+.3f}, Δφ {c['truth']['delta_phi']:+.3f}",
+                *(f"{c['chosen'][m]:.2f}" for m in labels),
+                f"{c['wrong_attribution']:.3f}",
+            ]
+            for label, c in e["calibration"].items()
+        ],
+    )
+    note = (
+        "Per r: mean loss change and what each effect model predicts for it (token part + the model's "
+        f"excess). Models: offset and Δφ with estimate ± t({e['t_df']})·SE, SE² = cluster-robust (CR1) "
+        "variance over the pairs + variance across the base law's bootstrap draws. Calibration: the share of "
+        "simulated tables on which the rule names each model, with each model (at its fit to these pairs, or "
+        "Δφ alone at the paper's sizes) as the truth."
+    )
+    return [intro, per_r, models, calibration, note]
+
+
+def effects_figure(doc: dict, stem: Path) -> Path:
+    """Loss change (variant − base) per matched pair against r, with the mean per r and the curves of each
+    effect model (token part + the model's excess, mean per r)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    e = doc["effects"]
+    rows = e["pairs"]
+    rs = [int(r) for r in e["per_r"]]
+    budgets = sorted({row["budget"] for row in rows})
+    cmap = plt.get_cmap("viridis")
+    fig, ax = plt.subplots(figsize=(8.0, 4.4))
+    rng = np.random.default_rng(0)
+    for i, c in enumerate(budgets):
+        pts = [row for row in rows if row["budget"] == c]
+        x = np.array([row["r"] for row in pts]) * np.exp(rng.uniform(-0.08, 0.08, len(pts)))
+        color = cmap(i / max(len(budgets) - 1, 1))
+        ax.plot(x, [row["change"] for row in pts], "o", ms=3.5, alpha=0.6, color=color,
+                label=f"pairs at C = {flops_label(c)}")  # fmt: skip
+    styles = {"tokens only": ("gray", ":"), "delta phi": ("tab:red", "--"), "offset": ("tab:blue", "-."),
+              "offset + delta phi": ("tab:purple", "-")}  # fmt: skip
+    for name, (color, ls) in styles.items():
+        y = [e["per_r"][str(r)]["predicted"][name] for r in rs]
+        width = 2.6 if name == e["chosen"] else 1.3
+        ax.plot(rs, y, ls, color=color, lw=width, label=f"model: {name}" + (" (chosen)" if name == e["chosen"]
+                else ""))  # fmt: skip
+    means = [e["per_r"][str(r)]["change"] for r in rs]
+    sds = [e["per_r"][str(r)]["change_sd"] or 0.0 for r in rs]
+    counts = [e["per_r"][str(r)]["pairs"] for r in rs]
+    errors = [2 * sd / np.sqrt(n) for sd, n in zip(sds, counts)]
+    ax.errorbar(rs, means, yerr=errors, fmt="s", color="black", ms=6, capsize=4, label="mean per r (±2 SE)")
+    ax.axhline(0.0, color="black", lw=0.7)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(rs, [str(r) for r in rs])
+    ax.set_xlabel("loop count r")
+    ax.set_ylabel("loss change, variant − base (nats)")
+    ax.set_title(f"{doc['name']}: is it φ? loss change per matched pair; chosen: {e['chosen']}", fontsize=10)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    fig.tight_layout()
+    return save_figure(fig, stem)
+
+
 def _optimum_rows(doc: dict) -> list[list[str]]:
     tax = {
         arm: {(g["budget"], g["r"]): g["gap"] for g in doc["loop_tax"][arm]} for arm in ("base", "variant")
     }
+    e = doc.get("effects") or {}
+    chosen = e.get("chosen")
+    predicted = {(row["budget"], row["r"]): row["ratio"].get(chosen) for row in e.get("predicted_shift", [])}
+
+    def implied(row: dict) -> str:
+        ratio = predicted.get((row["budget"], row["r"]))
+        return "–" if ratio is None else f"{ratio:.3f}x"
 
     return [
         [
@@ -123,7 +265,8 @@ def _optimum_rows(doc: dict) -> list[list[str]]:
             str(row["r"]),
             num(row["base_n_star"], "{:,.0f}"),
             num(row["variant_n_star"], "{:,.0f}"),
-            row["shift"],
+            row["shift"] + ("" if row.get("ratio") is None else f" ({row['ratio']:.3f}x)"),
+            implied(row),
             num(tax["base"].get((row["budget"], row["r"])), "{:+.3f}"),
             num(tax["variant"].get((row["budget"], row["r"])), "{:+.3f}"),
         ]

@@ -103,6 +103,10 @@ def caption(path: Path) -> str:
         "right every r falls on one curve (panel titles give each form's RMSE).",
         "loop_tax": "The loop tax: per budget, loss against N for each r (points) with the fitted joint law "
         "(lines), the parabola in log N and its vertex (star) where the widths bracket it.",
+        "loss_change_by_r": "Is it φ? The loss change of every seed-matched pair (variant − base at one "
+        "budget, width, r and seed; colour: budget) against r, its mean per r (±2 SE), and what each effect "
+        "model predicts (base-law token part + the model's excess; the chosen one bold): a change of φ must "
+        "grow with r, an offset is flat, a token gain follows the token part.",
         "isoflop": "Iso-FLOP curves per r: observed final validation loss (points), the fitted joint law "
         "(lines), the parabola in log N (dotted) and its vertex (star) where bracketed; cells marked "
         '"not bracketed" have no vertex.',

@@ -31,8 +31,8 @@ def methods_section(doc) -> Section:
             "left out and predicted, the lack of fit against the replicate seeds' noise, one-parameter "
             "extensions of the law and φ refitted per budget (method §8.10).",
             "The compute-optimal allocation comes from the fitted law over continuous width with exact "
-            "training FLOPs (method §8.7, §4.2); the empirical minima from a parabola in log N per "
-            "iso-FLOP cell (method §8.7).",
+            "training FLOPs as trained (truncated BPTT charges its detached loops forward only; method §8.7, "
+            "§4.2, §2.6); the empirical minima from a parabola in log N per iso-FLOP cell (method §8.7).",
         ],
         collapsed=True,
     )

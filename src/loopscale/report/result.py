@@ -8,6 +8,7 @@ import math
 
 from loopscale.errors import UserError
 from loopscale.fit import equivalence
+from loopscale.fit.analyses import bptt_by_r
 from loopscale.fit.labels import count_label, percent_text
 from loopscale.fit.law import LOWER, PARAMS, UPPER
 from loopscale.fit.plots import method_name
@@ -141,6 +142,13 @@ def _agreement(doc) -> str:
     return "The two intervals were not compared."
 
 
+def _trained(eq: dict) -> str:
+    """How the looped model's FLOPs were charged, where not full BPTT."""
+    if eq["bptt_k"] is None:
+        return ""
+    return f" as trained (truncated BPTT: the last {eq['bptt_k']} of {eq['r']} loops backpropagated)"
+
+
 def result_section(doc, table, template) -> Section:
     fit, diag = doc["fit"], doc["diagnostics"]
     phi = fit.get("phi")
@@ -177,7 +185,7 @@ def result_section(doc, table, template) -> Section:
         r = 4 if 4 in looped else looped[-1]
         params = float(sorted(plain)[len(plain) // 2])
         try:
-            eq = equivalence(params, r, phi, template)
+            eq = equivalence(params, r, phi, template, bptt_by_r(table).get(r))
         except UserError as exc:
             blocks.append(f"No equivalence statement: {exc}")
         else:
@@ -187,8 +195,8 @@ def result_section(doc, table, template) -> Section:
                 f"{count_label(eq['unique_params'])} unique parameters ({eq['unique_ratio']:.2f}×) and is "
                 f"worth {count_label(eq['effective_params'])} non-looped "
                 f"parameters ({eq['effective_ratio']:.2f}×, r^φ = {eq['worth']:.2f}), while it costs "
-                f"{eq['flops_ratio']:.3f}× the training FLOPs per token, as much as an r = 1 model with "
-                f"{count_label(eq['cost_equivalent_params'])} parameters."
+                f"{eq['flops_ratio']:.3f}× the training FLOPs per token{_trained(eq)}, as much as an r = 1 "
+                f"model with {count_label(eq['cost_equivalent_params'])} parameters."
             )
     for note in doc["notes"]:
         blocks.append(f"Note: {note}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from loopscale.fit.labels import flops_label
+from loopscale.fit.lawcheck import LACK_OF_FIT_CAUTION
 from loopscale.report.document import Bullets, Section, Table
 from loopscale.report.formatting import ci_text, intervals_text, main_interval_text, num, rejected
 
@@ -56,15 +57,26 @@ def per_budget_text(check: dict) -> str:
     return "per budget " + "; ".join(items) if items else "no per-budget φ"
 
 
+def _lack_of_fit_p(doc) -> float | None:
+    return ((doc.get("law_check") or {}).get("lack_of_fit") or {}).get("p")
+
+
 def _law_holds(doc) -> bool:
-    return (doc.get("law_check") or {}).get("verdict") == "holds"
+    """The law check says "holds" and the lack of fit is not below 1% (a law with p = 0.002 for its lack of
+    fit passes the family level of eight tests, but is only "not rejected")."""
+    lof = _lack_of_fit_p(doc)
+    clean = lof is None or lof >= LACK_OF_FIT_CAUTION
+    return (doc.get("law_check") or {}).get("verdict") == "holds" and clean
 
 
 def _unconfirmed(doc) -> str:
     """Why a φ under a law that is not rejected is still no measurement: the check had too little power,
-    or could not run."""
-    if (doc.get("law_check") or {}).get("verdict") == "inconclusive":
+    its lack of fit is below 1%, or it could not run."""
+    verdict = (doc.get("law_check") or {}).get("verdict")
+    if verdict == "inconclusive":
         return "given a law these runs are too few to test"
+    if verdict == "holds":
+        return f"given a law not rejected (lack of fit p = {_lack_of_fit_p(doc):.2g}), not confirmed"
     return "given a law not checked on these runs"
 
 
@@ -203,7 +215,32 @@ def headline_table(doc, fitted: int, planned: int, below_bigram, delta_phi: dict
         else f"{lof_name} = {num(lof.get('statistic'), '{:.2f}')}, p = {num(lof.get('p'), '{:.2g}')}",
     ]
     if delta_phi is not None:
-        ci = delta_phi.get("ci")
-        header.append("Δφ (variant − base)")
-        row.append(f"{delta_phi['estimate']:+.3f}" + ("" if ci is None else f" [{ci[0]:+.3f}, {ci[1]:+.3f}]"))
+        header.append("effect of the variant")
+        row.append(effect_cell(delta_phi))
     return Table(header, [row])
+
+
+def effect_cell(compare_doc: dict) -> str:
+    """The case study's effect in one cell: the effect model the matched pairs choose, with its size and
+    interval (``fit.effects``), else the shared-nuisance Δφ."""
+
+    def ci(values) -> str:
+        return "" if values is None else f" [{values[0]:+.3f}, {values[1]:+.3f}]"
+
+    e = compare_doc.get("effects")
+    if not e:
+        d = compare_doc["delta_phi"]
+        return f"Δφ {d['estimate']:+.3f}{ci(d.get('ci'))} (shared fit)"
+    models, chosen = e["models"], e["chosen"]
+    phi = models["delta phi"]
+    if chosen == "offset":
+        m = models["offset"]
+        return f"offset {m['offset']:+.3f} nats{ci(m['ci']['offset'])}, not Δφ"
+    if chosen == "offset + delta phi":
+        m = models[chosen]
+        return (
+            f"offset {m['offset']:+.3f} nats{ci(m['ci']['offset'])} and Δφ {m['delta_phi']:+.3f}"
+            f"{ci(m['ci']['delta_phi'])}"
+        )
+    label = {"tokens only": " (tokens only)", "delta phi": ""}.get(chosen, f" ({chosen})")
+    return f"Δφ {phi['delta_phi']:+.3f}{ci(phi['ci']['delta_phi'])}{label}"
