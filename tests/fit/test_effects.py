@@ -17,6 +17,7 @@ from loopscale.fit.effects import (
     _ols_t,
     analyse_pairs,
     cluster_robust,
+    known_covariance,
     match_pairs,
     noise_components,
     with_base_fit,
@@ -145,3 +146,28 @@ def test_published_arms(arm, chosen):
         assert all(1.3 < v["token_ratio"] < 1.34 for v in doc["per_r"].values())
     else:
         assert doc["tests"]["offset"]["p"] < 0.04 and doc["tests"]["delta_phi"]["p"] > 0.05
+
+
+def test_a_few_pairs_with_known_noise_measure_the_offset():
+    """The demo's path: 4 pairs (r = 2 and 8), the pairs' error covariance taken as known."""
+    base, variant = _arms(offset=-0.06)
+    cells = [(3.2e12, 64, 2), (3.2e12, 32, 8), (5e12, 64, 2), (5e12, 48, 8)]
+    keep = np.array(
+        [
+            (b, w, r) in cells and s == 0
+            for b, w, r, s in zip(variant.budget, variant.width, variant.r, variant.seed)
+        ]
+    )
+    fit = fit_law(base, restarts=60, seed=0)
+    noise = {"sd": 0.006, "cluster_sd": 0.002, "df": 12}
+    doc = analyse_pairs(
+        base, variant.subset(keep), fit, base_resamples=20, simulations=1000, seed_noise=noise
+    )
+    assert doc["n_pairs"] == 4 and doc["t_df"] == 12 and "taken as known" in doc["errors"]
+    lo, hi = doc["models"]["offset"]["ci"]["offset"]
+    assert lo < -0.06 < hi and doc["chosen"] == "offset"
+
+
+def test_known_covariance_has_the_cluster_blocks():
+    cov = known_covariance(np.array([0, 0, 1]), 0.1, 0.2)
+    np.testing.assert_allclose(cov, [[0.05, 0.04, 0], [0.04, 0.05, 0], [0, 0, 0.05]])

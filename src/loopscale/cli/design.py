@@ -163,6 +163,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="with --from: write the extended spec over "
         "SWEEP_DIR/sweep.yaml so that `loopscale sweep --out SWEEP_DIR` runs the new runs",
     )
+    p.add_argument(
+        "--reuse",
+        type=Path,
+        metavar="BASE_DIR",
+        help="paired mode: pick the cells of this published base sweep (results.csv + sweep.yaml) at which "
+        "a variant's seed-matched reruns reach --delta-phi as the 95%% half-width of delta phi beyond an "
+        "offset, for the least cost (the base's measured run times); --out writes the variant's sweep spec",
+    )
+    p.add_argument(
+        "--recipe",
+        choices=["hyperconnections", "truncated-bptt"],
+        default="hyperconnections",
+        help="with --reuse: the recipe of the variant spec --out writes (default hyperconnections)",
+    )
     p.add_argument("--out", type=Path, help="write the design's sweep spec (YAML) here")
     p.add_argument("--json", dest="json_out", type=Path, help="write the full design document here")
     add_estimate_args(p)
@@ -204,7 +218,53 @@ def _reference(args: argparse.Namespace):
     return spec or sweep_spec, str(args.from_dir), PartialSweep(args.from_dir, sweep_spec)
 
 
+def run_paired_design(args: argparse.Namespace) -> int:
+    """``--reuse BASE``: the variant's cells for a target precision of Δφ beyond an offset
+    (``design.paired``)."""
+    from loopscale.cli import require_input
+
+    require_input(args.reuse, "--reuse base sweep", folder=True)
+    if args.from_dir is not None:
+        raise UserError("--reuse picks a variant's cells against a finished base; it does not take --from")
+    import yaml
+
+    from loopscale.design.paired import plan_lines, plan_pairs, power_beyond_offset, variant_spec
+    from loopscale.io import atomic_write_json, atomic_write_text
+
+    plan = plan_pairs(args.reuse, target_half_width=args.delta_phi, seed=args.seed)
+    print(f"paired design against {args.reuse}: delta phi beyond an offset to +-{args.delta_phi:g} (95%)")
+    for line in plan_lines(plan):
+        print(f"  {line}")
+    name = f"{args.reuse.name}-{args.recipe}-paired"
+    spec = variant_spec(plan, args.recipe, name)
+    if args.out is not None:
+        atomic_write_text(args.out, yaml.safe_dump(spec, sort_keys=False))
+        print(f"wrote {args.out} (run it with `loopscale sweep {args.out} --out SWEEP_DIR`)")
+    if args.json_out is not None:
+        t, picked = plan["table"], plan["picked"]
+        cells = [
+            {"budget": float(t.budget[i]), "width": float(t.width[i]), "r": int(t.r[i]),
+             "seed": int(t.seed[i])}
+            for i in picked["runs"]  # fmt: skip
+        ]
+        doc = {
+            "base": str(args.reuse),
+            "target_half_width": args.delta_phi,
+            "cells": cells,
+            **{k: v for k, v in picked.items() if k != "runs"},
+            "cost_unit": plan["cost_unit"],
+            "sigma_pair": plan["sigma_pair"],
+            "power_beyond_offset": {f"{d:+.2f}": power_beyond_offset(d, picked["se"]) for d in (-0.08, 0.19)},
+            "spec": spec,
+        }
+        atomic_write_json(args.json_out, doc)
+        print(f"wrote {args.json_out}")
+    return 0
+
+
 def run_design(args: argparse.Namespace) -> int:
+    if args.reuse is not None:
+        return run_paired_design(args)
     if args.from_dir is not None:  # answer a mistyped --from before the design search (SciPy) loads
         from loopscale.sweep.rundir import open_sweep
 

@@ -146,10 +146,23 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "demo",
-        help="the whole pipeline on 2 CPU cores (the README's demo section gives its measured time): "
-        "data → sweep → fit → report on 8 runs of the laptop design that beat a bigram table; its last line "
-        "says what so few runs can say",
+        help="measure a recipe's effect on 2 CPU cores (the README's demo section gives its measured time): "
+        "pick the cells of the published laptop-factorial base that best tell a change of phi from an "
+        "offset, train the variant there (seed-matched), and end with the effect and its interval",
     )
+    p.add_argument(
+        "--base",
+        type=Path,
+        default=Path("results/laptop-factorial"),
+        help="published base sweep folder (results.csv + sweep.yaml; default results/laptop-factorial)",
+    )
+    p.add_argument(
+        "--recipe",
+        choices=["hyperconnections", "truncated-bptt"],
+        default="hyperconnections",
+        help="the recipe change to measure (default hyperconnections)",
+    )
+    p.add_argument("--pairs", type=int, default=4, help="variant runs to train (default 4; at least 4)")
     p.add_argument(
         "--out", type=Path, default=DEFAULT_DEMO_OUT, help=f"sweep folder (default {DEFAULT_DEMO_OUT})"
     )
@@ -420,34 +433,58 @@ def _write_report(sweep_dir: Path, out: Path, args: argparse.Namespace):
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from loopscale.data import prepare_default
-    from loopscale.fit.labels import flops_label
+    """Reuse the published base, train the variant at the cells ``design.paired`` picks, and end with the
+    matched-pair effect (``fit.effects``) and its interval; writes sweep results, effects.json and the
+    loss-change figure into ``--out``."""
+    from loopscale.cli import require_input
     from loopscale.io import check_output
-    from loopscale.sweep import plan_sweep, preset
 
     _check_counts(args.workers, None)
+    if args.pairs < 4:
+        raise UserError(f"--pairs must be at least 4 (two effects and their tests need them): {args.pairs}")
     check_output(args.out, "--out", folder=True, kind="sweep")
     check_output(args.data_root, "--data-root", folder=True, kind="data")
-    spec = preset("demo")
-    runs = plan_sweep(spec)
-    budgets = sorted({run.budget for run in runs})
-    widths = "/".join(str(w) for w in sorted({run.width for run in runs}))
-    loops = "/".join(str(r) for r in sorted({run.r for run in runs}))
+    require_input(args.base, "--base sweep (run the demo from the repository root)", folder=True)
+    from loopscale.config import from_dict
+    from loopscale.data import prepare_default
+    from loopscale.design.paired import plan_lines, plan_pairs, variant_spec
+    from loopscale.fit.case_study import effect_sentence
+    from loopscale.fit.effects import analyse_pairs
+    from loopscale.fit.table import load_table
+    from loopscale.io import atomic_write_json
+    from loopscale.report.compare import effects_figure
+    from loopscale.sweep.collect import collect
+    from loopscale.sweep.spec import SweepSpec
+
+    name = f"demo-{args.recipe}"
+    plan = plan_pairs(args.base, count=args.pairs, restarts=args.restarts, seed=args.seed)
+    spec = from_dict(SweepSpec, variant_spec(plan, args.recipe, name), "demo spec")
     print(
-        f"loopscale demo: the `demo` preset, {len(runs)} runs of the `laptop` design below its lowest budget "
-        f"(C = {flops_label(budgets[0])}–{flops_label(budgets[-1])} FLOPs, d = {widths}, r = {loops}; "
-        f"{flops_label(sum(r.total_flops for r in runs))} training FLOPs, V = {spec.model['vocab_size']:,}, "
-        f"T = {spec.model['seq_len']}), sized to beat a bigram table on 2 cores: it runs the whole pipeline "
-        "(data → sweep → fit → report), and so few runs cannot measure φ; the last line says what they can "
-        "say. `loopscale sweep --preset laptop` is the laptop-scale measurement"
+        f"loopscale demo: what does {args.recipe} do to a looped model? The published base {args.base} "
+        f"({len(plan['table'])} runs) is reused as it is; the variant is trained at the cells where a change "
+        "of phi and a constant offset differ most per unit of cost, each with the base run's seed, and each "
+        "pair's loss change is split into what the base law predicts from N and D and the excess"
     )
+    for line in plan_lines(plan):
+        print(f"  {line}")
     data = prepare_default(args.data_root, vocab_size=spec.model["vocab_size"], seq_len=spec.model["seq_len"])
     spec = _with_data(spec, str(data))
     statuses = run_sweep(spec, args.out, workers=args.workers)
-    report = _write_report(args.out, args.out / "report", args)
-    effort = (
-        f"fit: {args.restarts} restarts, {args.bootstrap} bootstrap resamples (`loopscale report`: "
-        f"{FIT_RESTARTS}, {FIT_BOOTSTRAP})"
+    rows = [row for row in collect(args.out)[0] if row.get("status") == "ok"]
+    if len(rows) < 4:
+        raise UserError(f"only {len(rows)} variant runs finished; rerun `loopscale demo` to resume")
+    noise = {"sd": plan["sigma_pair"], "cluster_sd": plan["cluster_sd"], "df": plan["noise"]["df"]}
+    effects = analyse_pairs(
+        plan["table"],
+        load_table(rows),
+        plan["fit"],
+        base_resamples=args.bootstrap,
+        seed=args.seed,
+        seed_noise=noise,
     )
-    print(f"{report.summary_line}; {effort} → {report.html}")
+    doc = {"name": name, "recipe": args.recipe, "base": str(args.base), "effects": effects}
+    atomic_write_json(args.out / "effects.json", doc)
+    figure = effects_figure(doc, args.out / "loss_change_by_r")
+    written = f"{args.out / 'effects.json'}, {figure}"
+    print(f"{name}: {effect_sentence(effects)}; errors {effects['errors']} → {written}")
     return _exit_code(statuses)

@@ -195,7 +195,7 @@ def effect_sentence(e: dict) -> str:
         )
     if chosen == "offset":
         return (
-            f"not a change of phi: the {profile} is flat in r, a constant {off['offset']:+.3f} nats "
+            f"not a change of phi: the {profile} is explained by a constant {off['offset']:+.3f} nats "
             f"{_fmt_ci(off['ci']['offset'])} for every looped model; the delta-phi-only model ({dphi}) is "
             f"rejected {tested}"
         )

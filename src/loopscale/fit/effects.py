@@ -142,6 +142,12 @@ class BaseLaw:
         return (up - down) / (2 * STEP)
 
 
+def phi_slope_at(fit: LawFit, table: RunTable) -> np.ndarray:
+    """∂L̂/∂φ at each run of ``table`` under ``fit`` (nats per unit of φ): what a change of φ does there."""
+    design = design_for(table, False, fit.extension, fit.ext_ref)
+    return BaseLaw(fit.theta, fit.theta[None], design, design, fit.law_form).phi_slope(fit.theta)[0]
+
+
 def base_law(fit: LawFit, table: RunTable, pairs: Pairs, resamples: int, seed: int) -> BaseLaw:
     """``fit`` (the base arm's) at the pairs, with ``resamples`` random-effects bootstrap draws of it."""
     draws = fit.theta[None]
@@ -183,8 +189,8 @@ def fit_effect(model: str, excess: np.ndarray, law: BaseLaw, theta: np.ndarray) 
         step, *_ = np.linalg.lstsq(jac, excess - fitted, rcond=None)
         if "offset" in model:
             c += float(step[0])
-        if "delta phi" in model:
-            delta += float(step[-1])
+        if "delta phi" in model:  # inside Δφ's box (compare.DELTA_BOUNDS): a flat direction cannot run off
+            delta = float(np.clip(delta + step[-1], -3.0, 3.0))
     fitted = c + (law.phi_effect(theta, delta)[0] if "delta phi" in model else np.zeros(len(excess)))
     return {"offset": c, "delta_phi": delta, "fitted": fitted, "jacobian": jac}
 
@@ -234,15 +240,30 @@ def _ols_t(y: np.ndarray, x: np.ndarray, cluster: np.ndarray) -> tuple[np.ndarra
     return beta, beta / np.sqrt(np.maximum(np.einsum("sii->si", cov), 1e-300)), resid
 
 
-def statistics(excess: np.ndarray, slope: np.ndarray, cluster: np.ndarray) -> dict[str, np.ndarray]:
+def known_covariance(cluster: np.ndarray, sd: float, cluster_sd: float) -> np.ndarray:
+    """Σ [n, n] of pair errors with a known iid sd and a known (r, width) cluster sd (nats)."""
+    same = (cluster[:, None] == cluster[None, :]).astype(float)
+    return sd**2 * np.eye(len(cluster)) + cluster_sd**2 * same
+
+
+def statistics(
+    excess: np.ndarray, slope: np.ndarray, cluster: np.ndarray, known: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
     """The rule's statistics for tables [S, n] with ∂L/∂φ [S, n]: the F ratio of ``offset + delta phi``
     against no excess ((RSS₀ − RSS)/2 over RSS/(n − 2); a cluster-robust Wald of two nearly collinear
-    columns is erratic on a dozen clusters), and |t| (CR1) of c and of Δφ in ``offset + delta phi``."""
+    columns is erratic on a dozen clusters), and |t| (CR1) of c and of Δφ in ``offset + delta phi``.
+    ``known``: the pairs' error covariance Σ taken as known (``known_covariance``; a few pairs, the demo):
+    the F ratio's denominator is its mean variance and the t's SE (X'X)⁻¹X'ΣX(X'X)⁻¹ instead of CR1."""
     x = np.stack([np.ones_like(slope), slope], axis=2)
-    _, t, resid = _ols_t(excess, x, cluster)
+    beta, t, resid = _ols_t(excess, x, cluster)
     rss = np.sum(resid**2, axis=1)
     n = excess.shape[1]
-    ratio = (np.sum(excess**2, axis=1) - rss) / 2 / np.maximum(rss / (n - 2), 1e-300)
+    scale = np.maximum(rss / (n - 2), 1e-300) if known is None else float(np.trace(known)) / n
+    ratio = (np.sum(excess**2, axis=1) - rss) / 2 / scale
+    if known is not None:
+        bread = np.linalg.pinv(np.einsum("sni,snj->sij", x, x))
+        cov = bread @ np.einsum("sni,nm,smj->sij", x, known, x) @ bread
+        t = beta / np.sqrt(np.maximum(np.einsum("sii->si", cov), 1e-300))
     return {"any": ratio, "offset": np.abs(t[:, 0]), "delta_phi": np.abs(t[:, 1])}
 
 
@@ -269,6 +290,10 @@ class Simulator:
     slope_draws: np.ndarray  # [K, n]
     cluster: np.ndarray
     noise: dict[str, float]
+    known: np.ndarray | None = None  # statistics with a known error covariance (``statistics``)
+
+    def statistics(self, excess: np.ndarray, slope: np.ndarray) -> dict[str, np.ndarray]:
+        return statistics(excess, slope, self.cluster, self.known)
 
     def tables(self, offset: float, delta_phi: float, count: int, rng: np.random.Generator):
         """(excess [S, n], slope [S, n]) of ``count`` simulated tables with this truth."""
@@ -310,7 +335,7 @@ def calibrate(sim: Simulator, truth: list[dict], critical: dict[str, float], cou
     out = {}
     for row in truth:
         excess, slope = sim.tables(row["offset"], row["delta_phi"], count, rng)
-        chosen = decide(statistics(excess, slope, sim.cluster), critical)
+        chosen = decide(sim.statistics(excess, slope), critical)
         shares = {m: float(np.mean(chosen == m)) for m in (*MODELS, UNATTRIBUTED)}
         has_off, has_phi = "offset" in row["model"], "delta phi" in row["model"]
         wrong = np.zeros(count, bool)
@@ -342,7 +367,7 @@ def critical_values(sim: Simulator, truth: list[dict], count: int, seed: int) ->
     for stat, rows in nulls.items():
         for row in rows:
             excess, slope = sim.tables(row["offset"], row["delta_phi"], count, rng)
-            values = statistics(excess, slope, sim.cluster)[stat]
+            values = sim.statistics(excess, slope)[stat]
             if float(np.quantile(values, 1 - TEST_LEVEL)) >= crit.get(stat, -math.inf):
                 crit[stat], null_stats[stat] = float(np.quantile(values, 1 - TEST_LEVEL)), values
     return {"critical": crit, "null": null_stats}
@@ -360,17 +385,24 @@ def analyse_pairs(
     base_resamples: int = BASE_RESAMPLES,
     simulations: int = SIMULATIONS,
     seed: int = 0,
+    seed_noise: dict | None = None,
 ) -> dict:
     """Effect models of the variant's loss change (module docstring) → a JSON-ready document:
     pairs, per-r means, the four models' fits and intervals, the tests, the chosen model, its calibration
-    and the paired Δφ (the ``delta phi`` model's) with its interval. ``fit``: the base arm's law."""
+    and the paired Δφ (the ``delta phi`` model's) with its interval. ``fit``: the base arm's law.
+
+    ``seed_noise`` {"sd": a pair's iid error sd, "cluster_sd": an (r, width) cluster sd (nats), "df": the
+    degrees of freedom of sd} (a few pairs, too few clusters for a cluster-robust variance: the demo):
+    errors are taken to have that known covariance in the intervals (t on ``df``), the tests and the
+    simulations, and the document says so (``errors``)."""
     pairs = match_pairs(base_table, variant_table)
     law = base_law(fit, base_table, pairs, base_resamples, seed)
     change = pairs.change
     token_fit = law.token_part(law.theta)[0]
     excess = change - token_fit
     groups = len(pairs.cluster_keys)
-    t_factor = float(t_dist.ppf(0.5 + CI_LEVEL / 2, max(groups - 1, 1)))
+    t_df = max(groups - 1, 1) if seed_noise is None else int(seed_noise["df"])
+    t_factor = float(t_dist.ppf(0.5 + CI_LEVEL / 2, t_df))
     models = {name: fit_effect(name, excess, law, law.theta) for name in MODELS}
     token_draws = law.token_part(law.draws)
     # base-law spread of each model's coefficients: refit on the same changes under each bootstrap draw
@@ -383,7 +415,13 @@ def analyse_pairs(
         if k == 0:
             m["ci"], m["se"] = {}, {}
             continue
-        cov = cluster_robust(m["jacobian"], resid, pairs.cluster)
+        if seed_noise is None:
+            cov = cluster_robust(m["jacobian"], resid, pairs.cluster)
+        else:
+            x = m["jacobian"]
+            bread = np.linalg.pinv(x.T @ x)
+            cov = bread @ x.T @ known_covariance(pairs.cluster, seed_noise["sd"], seed_noise["cluster_sd"])
+            cov = cov @ x @ bread
         coefs = (["offset"] if "offset" in name else []) + (["delta_phi"] if "delta phi" in name else [])
         spread = np.array(
             [[fit_effect(name, change - token_draws[j], law, law.draws[j])[c] for c in coefs]
@@ -400,15 +438,16 @@ def analyse_pairs(
             )
             m["ci"][c] = [m[c] - t_factor * se, m[c] + t_factor * se]
     full = models["offset + delta phi"]
-    noise = noise_components(excess - full["fitted"], pairs.cluster, 2)
-    sim = Simulator(
-        token_fit, law.phi_slope(law.theta)[0], token_draws, law.phi_slope(law.draws), pairs.cluster, noise
-    )
+    if seed_noise is None:
+        noise, known = noise_components(excess - full["fitted"], pairs.cluster, 2), None
+    else:
+        noise = {"iid": seed_noise["sd"] ** 2, "cluster": seed_noise["cluster_sd"] ** 2}
+        known = known_covariance(pairs.cluster, seed_noise["sd"], seed_noise["cluster_sd"])
+    slopes = (law.phi_slope(law.theta)[0], token_draws, law.phi_slope(law.draws))
+    sim = Simulator(token_fit, slopes[0], slopes[1], slopes[2], pairs.cluster, noise, known)
     truth = truths(models)
     nulls = critical_values(sim, truth, simulations, seed + 11)
-    observed = {
-        k: float(v[0]) for k, v in statistics(excess[None], sim.slope_fit[None], pairs.cluster).items()
-    }
+    observed = {k: float(v[0]) for k, v in sim.statistics(excess[None], sim.slope_fit[None]).items()}
     p_values = {k: float((1 + np.sum(nulls["null"][k] >= observed[k])) / (1 + simulations)) for k in observed}
     chosen = str(decide({k: np.array([v]) for k, v in observed.items()}, nulls["critical"])[0])
     return {
@@ -425,10 +464,15 @@ def analyse_pairs(
         },
         "chosen": chosen,
         "noise": {k: math.sqrt(v) for k, v in noise.items()},
+        "errors": "cluster-robust over (r, width) clusters"
+        if seed_noise is None
+        else f"taken as known: pair sd {seed_noise['sd']:.4f} nats (the base's seed noise, {t_df} df) and an "
+        f"(r, width) sd {seed_noise['cluster_sd']:.4f} nats (the base law's own misfit per (r, width)), too "
+        "few pairs to estimate them",
         "calibration": calibrate(sim, truth, nulls["critical"], simulations, seed + 23),
         "predicted_shift": predicted_shifts(pairs, law, models),
         "simulations": simulations,
-        "t_df": max(groups - 1, 1),
+        "t_df": t_df,
         "method": "seed-matched pairs (budget, width, r, seed); token part from the base law; effect models "
         "by Gauss-Newton least squares; CI estimate +- t(G-1)*SE, SE^2 = CR1 cluster-robust over (r, width) "
         "clusters + variance across base-law random-effects bootstrap draws; tests: Monte Carlo p-values "
