@@ -35,6 +35,29 @@ def test_the_picked_cells_span_r_and_their_se_is_the_formula():
     assert all(table.r[i] > 1 for i in picked["runs"])
 
 
+def test_a_group_effect_is_not_averaged_away_by_repeating_a_group():
+    table = load_table(BASE / "results.csv")
+    slope = -0.1 * np.log(table.r.astype(float))
+    cost = np.ones(len(table))
+    sd, tau = 0.02, 0.03
+    picked = pick_pairs(table, slope, cost, sd, cluster_sd=tau, count=6)
+    rows = picked["runs"]
+    # independent: the OLS slope is Σ(g_i − ḡ)e_i / S, so its variance is Σ_ij w_i w_j Σ_ij / S²
+    g = slope[rows]
+    w = g - g.mean()
+    keys = [(int(table.r[i]), float(table.width[i])) for i in rows]
+    cov = np.array([[sd**2 * (a == b) + tau**2 * (keys[a] == keys[b]) for b in range(6)] for a in range(6)])
+    assert picked["se"] == pytest.approx(math.sqrt(w @ cov @ w) / float(w @ w), rel=1e-9)
+    assert picked["se_alone"] == pytest.approx(math.sqrt(g @ cov @ g) / float(g @ g), rel=1e-9)
+    # with a large group effect the cells spread over (r, width) groups rather than repeat one
+    spread = pick_pairs(table, slope, cost, 1e-4, cluster_sd=0.05, count=6)
+    assert len({(int(table.r[i]), float(table.width[i])) for i in spread["runs"]}) == 6
+    # and the reachable precision has a floor that more runs in the same groups cannot pass
+    floor = pick_pairs(table, slope, cost, sd, cluster_sd=tau, count=int(np.sum(table.r > 1)))
+    with pytest.raises(UserError, match=r"\(r, width\) groups bound it"):
+        pick_pairs(table, slope, cost, sd, cluster_sd=tau, target_half_width=0.9 * floor["half_width"])
+
+
 def test_cost_steers_the_choice_and_a_target_stops_it():
     table = load_table(BASE / "results.csv")
     slope = -0.1 * np.log(table.r.astype(float))
@@ -63,7 +86,7 @@ def test_plan_on_the_published_base_uses_its_seed_noise_and_run_times():
 
 def test_design_reuse_writes_a_variant_spec_with_the_base_seeds(tmp_path, capsys):
     out, doc = tmp_path / "v.yaml", tmp_path / "v.json"
-    args = ["design", "--reuse", str(BASE), "--delta-phi", "0.15", "--recipe", "truncated-bptt"]
+    args = ["design", "--reuse", str(BASE), "--delta-phi", "0.3", "--recipe", "truncated-bptt"]
     assert main([*args, "--out", str(out), "--json", str(doc)]) == 0
     spec = yaml.safe_load(out.read_text())
     cells = json.loads(doc.read_text())["cells"]

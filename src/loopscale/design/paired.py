@@ -3,15 +3,20 @@
 A recipe's effect is read off seed-matched pairs (``fit.effects``): the variant rerun at a (budget, width, r,
 seed) the base already ran. What decides whether the pairs can tell a change of φ from a constant offset is
 the spread of ∂L/∂φ across the chosen cells (a change of φ moves r = 8 more than r = 2; an offset moves both
-alike): with iid pair errors of sd σ, the Δφ of ``offset + delta phi`` has
+alike). The pair errors are those ``fit.effects`` takes as known for a few pairs: an iid sd σ per pair and an
+sd τ shared by the pairs of one (r, width) group (a recipe effect that differs between groups), Σ = σ²I +
+τ²ZZᵀ. The least-squares fit of ``offset + delta phi`` on columns X = [1, g] then has
 
-    SE = σ / √Σ (g_i − ḡ)²,    g_i = ∂L̂/∂φ at cell i under the base law (nats per unit of φ).
+    Var = (XᵀX)⁻¹ XᵀΣX (XᵀX)⁻¹,    g_i = ∂L̂/∂φ at cell i under the base law (nats per unit of φ),
 
-``pick_pairs`` adds cells greedily, each time the one that adds most of Σ(g − ḡ)² per unit of cost (the
-base run's measured wall time at that cell, else its FLOPs), until a count or a target precision is
-reached. σ² = 2·(the base's seed noise)² (``fit.lawcheck.replicate_noise``; both runs of a pair are noisy)
-+ the base law's (r, width) misfit variance (REML, in nats): a recipe effect that differs between (r, width)
-groups as much as the law's misfit does (on the published hyperconnections arm it did: 0.022 nats).
+which for τ = 0 is σ² / Σ(g_i − ḡ)²; a second run in a group already chosen (another budget or seed) does
+not average that group's τ away, so spread across groups counts. ``pick_pairs`` adds cells greedily, each
+time the one that adds most precision (1/Var of Δφ beyond an offset) per unit of cost (the base run's
+measured wall time at that cell, else its FLOPs), until a count or a target precision is reached. σ² =
+2·(the base's seed noise)² (``fit.lawcheck.replicate_noise``; both runs of a pair are noisy); τ = the base
+law's (r, width) misfit sd (REML, in nats), as large as a group-dependent recipe effect was on the published
+hyperconnections arm (0.022 nats). The base law's own uncertainty, which ``fit.effects`` adds to the
+analysed interval, is not in this design SE.
 """
 
 from __future__ import annotations
@@ -21,16 +26,24 @@ from pathlib import Path
 
 import numpy as np
 from scipy.stats import norm
+from scipy.stats import t as student_t
 
 from loopscale.errors import UserError
-from loopscale.fit.effects import TEST_LEVEL
+from loopscale.fit.effects import TEST_LEVEL, known_covariance
 from loopscale.fit.table import RunTable
 
-Z95 = float(norm.ppf(0.975))
 
-
-def _spread(g: np.ndarray) -> float:
-    return float(np.sum((g - g.mean()) ** 2)) if len(g) > 1 else 0.0
+def _variances(g: np.ndarray, cov: np.ndarray) -> tuple[float, float]:
+    """Var of Δφ beyond an offset (columns [1, g]) and of Δφ alone (column g) under pair errors ``cov``;
+    inf where the cells cannot separate the two (no spread of g)."""
+    x = np.column_stack([np.ones_like(g), g])
+    gram = x.T @ x
+    if len(g) < 2 or np.linalg.det(gram) <= 1e-12 * np.trace(gram) ** 2:
+        beyond = math.inf
+    else:
+        bread = np.linalg.inv(gram)
+        beyond = float((bread @ x.T @ cov @ x @ bread)[1, 1])
+    return beyond, float(g @ cov @ g) / float(g @ g) ** 2
 
 
 def pick_pairs(
@@ -39,12 +52,16 @@ def pick_pairs(
     cost: np.ndarray,
     sigma_pair: float,
     *,
+    cluster_sd: float = 0.0,
+    df: int | None = None,
     count: int | None = None,
     target_half_width: float | None = None,
 ) -> dict:
-    """Greedy choice among the base's looped runs (``slope``: ∂L̂/∂φ per run, ``cost`` per run) → {"runs"
-    (row indices), "se" (Δφ beyond an offset), "se_alone" (Δφ of the Δφ-only model), "half_width" (95%,
-    z), "cost", "flops"}. Stops at ``count`` runs or when the half-width reaches ``target_half_width``."""
+    """Greedy choice among the base's looped runs (``slope``: ∂L̂/∂φ per run in nats, ``cost`` per run; pair
+    errors: iid ``sigma_pair`` plus ``cluster_sd`` per (r, width) group, nats) → {"runs" (row indices), "se"
+    (Δφ beyond an offset), "se_alone" (Δφ of the Δφ-only model), "half_width" (95%: t on ``df`` degrees of
+    freedom, normal if None), "cost", "flops"}. Stops at ``count`` runs or when the half-width reaches
+    ``target_half_width``."""
     if count is None and target_half_width is None:
         raise ValueError("give count or target_half_width")
     if target_half_width is not None and not target_half_width > 0:
@@ -55,17 +72,27 @@ def pick_pairs(
             "the base needs looped runs at two loop counts at least to tell delta phi from an offset"
         )
     g, c = np.asarray(slope, float), np.asarray(cost, float)
-    # the first two: the pair with the most spread per cost
+    groups = sorted({(int(base.r[i]), float(base.width[i])) for i in candidates})
+    cluster = np.array([groups.index((int(base.r[i]), float(base.width[i]))) if base.r[i] > 1 else -1
+                        for i in range(len(base))])  # fmt: skip
+    quantile = float(norm.ppf(0.975) if df is None else student_t.ppf(0.975, df))
+
+    def variances(rows: list[int]) -> tuple[float, float]:
+        return _variances(g[rows], known_covariance(cluster[rows], sigma_pair, cluster_sd))
+
+    def precision(rows: list[int]) -> float:
+        return 1.0 / variances(rows)[0]
+
+    # the first two: the pair with the most precision per cost
     best, first = -1.0, (candidates[0], candidates[1])
     for a in candidates:
         for b in candidates:
-            if a < b and (g[a] - g[b]) ** 2 / 2 / (c[a] + c[b]) > best:
-                best, first = (g[a] - g[b]) ** 2 / 2 / (c[a] + c[b]), (a, b)
+            if a < b and precision([a, b]) / (c[a] + c[b]) > best:
+                best, first = precision([a, b]) / (c[a] + c[b]), (a, b)
     chosen = list(first)
 
     def half_width(rows: list[int]) -> float:
-        spread = _spread(g[rows])
-        return math.inf if spread <= 0 else Z95 * sigma_pair / math.sqrt(spread)
+        return quantile * math.sqrt(variances(rows)[0])
 
     while True:
         if count is not None and len(chosen) >= count:
@@ -75,23 +102,28 @@ def pick_pairs(
         rest = [i for i in candidates if i not in chosen]
         if not rest:
             if count is None:
+                bound = (
+                    f"; its {len(groups)} (r, width) groups bound it, since a group-level effect of sd "
+                    f"{cluster_sd:.4f} nats does not average out over budgets or seeds"
+                    if cluster_sd > 0
+                    else ""
+                )
                 raise UserError(
                     f"all {len(candidates)} looped runs of the base reach a delta phi half-width of "
-                    f"{half_width(chosen):.3f} at best (target {target_half_width}): ask for less, or add "
-                    "base runs"
+                    f"{half_width(chosen):.3f} at best (target {target_half_width}){bound}: ask for less, or "
+                    "add base runs at other widths or loop counts"
                 )
             break
-        now = _spread(g[chosen])
-        gains = [(_spread(g[[*chosen, i]]) - now) / c[i] for i in rest]
+        now = precision(chosen)
+        gains = [(precision([*chosen, i]) - now) / c[i] for i in rest]
         chosen.append(rest[int(np.argmax(gains))])
     rows = sorted(chosen, key=lambda i: (base.budget[i], base.r[i], base.width[i], base.seed[i]))
-    spread = _spread(g[rows])
-    se = math.inf if spread <= 0 else sigma_pair / math.sqrt(spread)
+    beyond, alone = variances(rows)
     return {
         "runs": rows,
-        "se": se,
-        "se_alone": sigma_pair / math.sqrt(float(np.sum(g[rows] ** 2))),
-        "half_width": Z95 * se,
+        "se": math.sqrt(beyond),
+        "se_alone": math.sqrt(alone),
+        "half_width": quantile * math.sqrt(beyond),
         "cost": float(c[rows].sum()),
         "flops": float(base.budget[rows].sum()),
     }
@@ -156,7 +188,7 @@ def plan_pairs(
     components = variance_components(resid, effect_groups(table), law_jacobian(fit, table))
     cluster_sd = math.sqrt(components["r_width"]) * float(np.mean(table.loss[table.r > 1]))
     picked = pick_pairs(
-        table, phi_slope_at(fit, table), cost, math.hypot(sigma_pair, cluster_sd), count=count,
+        table, phi_slope_at(fit, table), cost, sigma_pair, cluster_sd=cluster_sd, df=noise["df"], count=count,
         target_half_width=target_half_width,
     )  # fmt: skip
     unit = "s" if not np.array_equal(cost, table.budget) else "FLOPs"
@@ -199,7 +231,9 @@ def plan_lines(plan: dict) -> list[str]:
     return [
         f"{len(p['runs'])} variant runs paired with the base's: {cells}",
         f"training FLOPs {p['flops']:.3g}; cost {cost}",
-        f"predicted SE of delta phi beyond an offset {p['se']:.3f} (95% half-width {p['half_width']:.3f}); "
+        f"predicted SE of delta phi beyond an offset {p['se']:.3f} "
+        f"(95% half-width {p['half_width']:.3f}, t on {plan['noise']['df']} df; "
+        "the base law's own uncertainty comes on top); "
         f"delta phi alone {p['se_alone']:.3f}; pair noise sd {plan['sigma_pair']:.4f} nats (sqrt 2 x the "
         f"base's seed noise {plan['noise']['sigma']:.4f} on {plan['noise']['df']} df) and an (r, width) sd "
         f"{plan['cluster_sd']:.4f} nats (the base law's own misfit per (r, width))",
