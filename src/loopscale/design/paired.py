@@ -29,7 +29,8 @@ from scipy.stats import norm
 from scipy.stats import t as student_t
 
 from loopscale.errors import UserError
-from loopscale.fit.effects import TEST_LEVEL, known_covariance
+from loopscale.fit.bootstrap import effect_groups
+from loopscale.fit.effects import TEST_LEVEL, known_covariance, known_sandwich
 from loopscale.fit.table import RunTable
 
 
@@ -41,8 +42,7 @@ def _variances(g: np.ndarray, cov: np.ndarray) -> tuple[float, float]:
     if len(g) < 2 or np.linalg.det(gram) <= 1e-12 * np.trace(gram) ** 2:
         beyond = math.inf
     else:
-        bread = np.linalg.inv(gram)
-        beyond = float((bread @ x.T @ cov @ x @ bread)[1, 1])
+        beyond = float(known_sandwich(x, cov)[1, 1])
     return beyond, float(g @ cov @ g) / float(g @ g) ** 2
 
 
@@ -72,9 +72,8 @@ def pick_pairs(
             "the base needs looped runs at two loop counts at least to tell delta phi from an offset"
         )
     g, c = np.asarray(slope, float), np.asarray(cost, float)
-    groups = sorted({(int(base.r[i]), float(base.width[i])) for i in candidates})
-    cluster = np.array([groups.index((int(base.r[i]), float(base.width[i]))) if base.r[i] > 1 else -1
-                        for i in range(len(base))])  # fmt: skip
+    # the (r, width) groups the base law's misfit τ was estimated on
+    cluster = effect_groups(base)["r_width"].argmax(axis=1)
     quantile = float(norm.ppf(0.975) if df is None else student_t.ppf(0.975, df))
 
     def variances(rows: list[int]) -> tuple[float, float]:
@@ -87,8 +86,8 @@ def pick_pairs(
     best, first = -1.0, (candidates[0], candidates[1])
     for a in candidates:
         for b in candidates:
-            if a < b and precision([a, b]) / (c[a] + c[b]) > best:
-                best, first = precision([a, b]) / (c[a] + c[b]), (a, b)
+            if a < b and (gain := precision([a, b]) / (c[a] + c[b])) > best:
+                best, first = gain, (a, b)
     chosen = list(first)
 
     def half_width(rows: list[int]) -> float:
@@ -102,8 +101,9 @@ def pick_pairs(
         rest = [i for i in candidates if i not in chosen]
         if not rest:
             if count is None:
+                groups = len(set(cluster[candidates]))
                 bound = (
-                    f"; its {len(groups)} (r, width) groups bound it, since a group-level effect of sd "
+                    f"; its {groups} (r, width) groups bound it, since a group-level effect of sd "
                     f"{cluster_sd:.4f} nats does not average out over budgets or seeds"
                     if cluster_sd > 0
                     else ""
@@ -170,7 +170,7 @@ def plan_pairs(
 ) -> dict:  # fmt: skip
     """The base's law (paper form), its seed noise and the pairs ``pick_pairs`` chooses → a plan dict:
     {"table", "fit", "noise" (replicate_noise), "sigma_pair", "picked", "spec", "cost_unit"}."""
-    from loopscale.fit.bootstrap import effect_groups, law_jacobian, variance_components
+    from loopscale.fit.bootstrap import law_jacobian, variance_components
     from loopscale.fit.effects import phi_slope_at
     from loopscale.fit.fitter import fit_law
     from loopscale.fit.lawcheck import replicate_noise

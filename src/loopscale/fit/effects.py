@@ -246,6 +246,13 @@ def known_covariance(cluster: np.ndarray, sd: float, cluster_sd: float) -> np.nd
     return sd**2 * np.eye(len(cluster)) + cluster_sd**2 * same
 
 
+def known_sandwich(x: np.ndarray, known: np.ndarray) -> np.ndarray:
+    """Covariance (X'X)⁻¹X'ΣX(X'X)⁻¹ [..., k, k] of least-squares coefficients on columns ``x`` [..., n, k]
+    (one design, or one per simulated table) when the errors' Σ [n, n] is known."""
+    bread = np.linalg.pinv(np.einsum("...ni,...nj->...ij", x, x))
+    return bread @ np.einsum("...ni,nm,...mj->...ij", x, known, x) @ bread
+
+
 def statistics(
     excess: np.ndarray, slope: np.ndarray, cluster: np.ndarray, known: np.ndarray | None = None
 ) -> dict[str, np.ndarray]:
@@ -261,8 +268,7 @@ def statistics(
     scale = np.maximum(rss / (n - 2), 1e-300) if known is None else float(np.trace(known)) / n
     ratio = (np.sum(excess**2, axis=1) - rss) / 2 / scale
     if known is not None:
-        bread = np.linalg.pinv(np.einsum("sni,snj->sij", x, x))
-        cov = bread @ np.einsum("sni,nm,smj->sij", x, known, x) @ bread
+        cov = known_sandwich(x, known)
         t = beta / np.sqrt(np.maximum(np.einsum("sii->si", cov), 1e-300))
     return {"any": ratio, "offset": np.abs(t[:, 0]), "delta_phi": np.abs(t[:, 1])}
 
@@ -418,10 +424,8 @@ def analyse_pairs(
         if seed_noise is None:
             cov = cluster_robust(m["jacobian"], resid, pairs.cluster)
         else:
-            x = m["jacobian"]
-            bread = np.linalg.pinv(x.T @ x)
-            cov = bread @ x.T @ known_covariance(pairs.cluster, seed_noise["sd"], seed_noise["cluster_sd"])
-            cov = cov @ x @ bread
+            known = known_covariance(pairs.cluster, seed_noise["sd"], seed_noise["cluster_sd"])
+            cov = known_sandwich(m["jacobian"], known)
         coefs = (["offset"] if "offset" in name else []) + (["delta_phi"] if "delta phi" in name else [])
         spread = np.array(
             [[fit_effect(name, change - token_draws[j], law, law.draws[j])[c] for c in coefs]
