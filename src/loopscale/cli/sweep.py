@@ -14,8 +14,8 @@ from loopscale.errors import UserError
 
 DEFAULT_DEMO_OUT = Path("runs/demo")
 FIT_RESTARTS, FIT_BOOTSTRAP = 500, 200  # the fit effort of `loopscale report`
-# The demo's fit effort: its 8 runs cannot pin phi down, so the report's full effort would buy nothing but
-# time; the last line states the effort it used.
+# The demo's fit effort (base law restarts, base bootstrap resamples): the report's 500 / 200 would add
+# minutes to a 2-core demo; the intervals it prints carry the base law's spread over these 50 resamples.
 DEMO_RESTARTS, DEMO_BOOTSTRAP = 100, 50
 
 
