@@ -10,6 +10,7 @@ import csv
 import dataclasses
 import itertools
 import math
+import re
 from pathlib import Path
 
 import matplotlib
@@ -28,7 +29,7 @@ from loopscale.fit.labels import (  # noqa: E402
 )
 from loopscale.fit.law import law_loss  # noqa: E402
 from loopscale.fit.plot_axes import log_locator, panel_grid  # noqa: E402
-from loopscale.fit.plots import FIGURES, plot_protocol, protocol_figures  # noqa: E402
+from loopscale.fit.plots import FIGURES, _save, plot_protocol, protocol_figures  # noqa: E402
 from loopscale.fit.template import load_template  # noqa: E402
 
 from .conftest import simulated_grid  # noqa: E402
@@ -137,6 +138,27 @@ def test_every_figure_is_written_as_png_and_svg(paper_grid, tmp_path):
         assert (tmp_path / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert "<svg" in (tmp_path / f"{name}.svg").read_text()[:2000]
     assert not plt.get_fignums()  # every figure closed
+
+
+def test_a_rebuilt_figure_is_byte_identical_and_figures_keep_distinct_svg_ids(paper_grid, tmp_path):
+    protocol, table = paper_grid
+    first, again = tmp_path / "a", tmp_path / "b"
+    plot_protocol(protocol, table, first)
+    plot_protocol(protocol, table, again)
+    for name in FIGURES:
+        for ext in ("png", "svg"):
+            assert (first / f"{name}.{ext}").read_bytes() == (again / f"{name}.{ext}").read_bytes(), name
+    # report.html inlines every SVG: the same drawing saved under two names must not share hashed ids
+    fig, ax = plt.subplots()
+    ax.plot([1, 2, 3], [3, 1, 2], marker="o")
+    _save(fig, tmp_path, "one")
+    _save(fig, tmp_path, "two")
+    plt.close(fig)
+    hashed = [
+        set(re.findall(r'id="([a-z]+[0-9a-f]{10})"', (tmp_path / f"{n}.svg").read_text()))
+        for n in ("one", "two")
+    ]
+    assert hashed[0] and hashed[1] and not hashed[0] & hashed[1]
 
 
 def test_collapse_compares_the_fitted_phi_with_phi_0_and_1(paper_grid):

@@ -54,11 +54,19 @@ FIGURES = (
 
 
 def _save(fig, out_dir: Path, name: str) -> list[Path]:
+    import matplotlib
+
+    def write(tmp: Path, ext: str) -> None:
+        fig.savefig(tmp, format=ext, dpi=130, bbox_inches="tight", metadata={"Date": None})
+
     paths = []
-    for ext in ("png", "svg"):
-        path = out_dir / f"{name}.{ext}"
-        atomic_write(path, lambda tmp, ext=ext: fig.savefig(tmp, format=ext, dpi=130, bbox_inches="tight"))
-        paths.append(path)
+    # Rebuilt figures differ only where their content does: no date, and SVG ids hashed with a salt of the
+    # figure's name (distinct figures inlined in one report.html keep distinct ids) instead of a random one.
+    with matplotlib.rc_context({"svg.hashsalt": f"loopscale-{name}"}):
+        for ext in ("png", "svg"):
+            path = out_dir / f"{name}.{ext}"
+            atomic_write(path, lambda tmp, ext=ext: write(tmp, ext))
+            paths.append(path)
     return paths
 
 
