@@ -448,7 +448,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from loopscale.config import from_dict
     from loopscale.data import prepare_default
     from loopscale.design.paired import plan_lines, plan_pairs, variant_spec
-    from loopscale.fit.case_study import effect_sentence
+    from loopscale.fit.case_study import effect_sentence, errors_text
     from loopscale.fit.effects import analyse_pairs
     from loopscale.fit.table import load_table
     from loopscale.io import atomic_write_json
@@ -486,5 +486,5 @@ def cmd_demo(args: argparse.Namespace) -> int:
     atomic_write_json(args.out / "effects.json", doc)
     figure = effects_figure(doc, args.out / "loss_change_by_r")
     written = f"{args.out / 'effects.json'}, {figure}"
-    print(f"{name}: {effect_sentence(effects)}; errors {effects['errors']} → {written}")
+    print(f"{name}: {effect_sentence(effects)}; {errors_text(effects)} → {written}")
     return _exit_code(statuses)

@@ -30,7 +30,7 @@ from scipy.stats import t as student_t
 
 from loopscale.errors import UserError
 from loopscale.fit.bootstrap import effect_groups
-from loopscale.fit.effects import TEST_LEVEL, known_covariance, known_sandwich
+from loopscale.fit.effect_rule import TEST_LEVEL, known_covariance, known_sandwich
 from loopscale.fit.table import RunTable
 
 

@@ -10,8 +10,10 @@ these is refused with a one-line ``UserError`` (the CLI exits 2):
 2. the template differs (``depth``, ``prelude``, ``coda``, ``head_dim``): N and FLOPs of a width and r
    come from another architecture;
 3. the training data or the validation tokens differ (``train.data.path``, ``data.val_tokens``);
-4. the same r = 1 run — one (budget, width, seed) — in both tables with a different loss or token count:
-   the arms' anchors are not the same runs (both tables need ``width`` and ``seed`` columns to tell);
+4. the same r = 1 run — one run name at one (budget, width, seed) — in both tables with a different loss
+   or token count: the arms' anchors are not the same runs (both tables need ``width`` and ``seed`` columns
+   to tell). A variant r = 1 run under another name at a base r = 1 run's (budget, width, seed) is the
+   variant's own plain run: it pairs with the base's (``fit.effects``), it does not clash;
 5. r = 1 runs of one width with different sizes N in the two tables: another architecture.
 
 1-3 read each arm's setup from the sweep it came from: the ``sweep.yaml`` next to its table (the groups
@@ -150,7 +152,7 @@ def check_tables(base: RunTable, variant: RunTable) -> None:
             runs.setdefault(key, i)
     for i in v1:
         j = runs.get((float(variant.budget[i]), float(variant.width[i]), float(variant.seed[i])))
-        if j is None:
+        if j is None or str(variant.run[i]) != str(base.run[j]):  # the variant's own plain run: a pair
             continue
         differ = [
             f"{name} {v:{fmt}} vs {b:{fmt}}"

@@ -92,6 +92,8 @@ class Arms:
     base_table: RunTable  # the base arm on its own: its runs at the variant's budgets
     variant_table: RunTable  # the variant arm on its own: its looped runs + the r = 1 anchors
     shared_anchors: int  # r = 1 runs found identical in both tables
+    variant_runs: RunTable  # the variant's own runs to pair: its looped runs + its own r = 1 runs
+    own_plain: int  # the variant's own r = 1 runs (another name at a base r = 1 run's budget, width, seed)
 
 
 def _concat(tables: list[RunTable]) -> RunTable:
@@ -107,6 +109,9 @@ def _key(t: RunTable, i: int) -> tuple:
 def make_arms(base: RunTable, variant: RunTable) -> Arms:
     """Both tables restricted to the variant's budgets and joined: the base's runs, the variant's looped
     runs, and the variant's r = 1 runs that the base does not already hold (identical runs count once).
+    The variant's own r = 1 runs (another name at a base r = 1 run's budget, width and seed) are not
+    anchors: they are kept in ``variant_runs`` for the matched pairs, where they measure what the recipe
+    does to plain models; the fits keep the base's r = 1 runs as the anchors.
 
     Refused (one-line UserError): tables ``fit.comparable.check_tables`` finds incomparable (an r = 1 run
     in both with another loss, r = 1 sizes that differ at one width), and a base with runs at one of the
@@ -131,7 +136,16 @@ def make_arms(base: RunTable, variant: RunTable) -> Arms:
             "delta phi is not identified (alpha, beta and phi trade off at one budget); add runs of both "
             "arms at a second budget"
         )
-    anchors = variant.subset((variant.r == 1) & np.isin(variant.budget, budgets))
+    plain = variant.subset((variant.r == 1) & np.isin(variant.budget, budgets))
+    base_names = {
+        (float(base.budget[i]), float(base.width[i]), float(base.seed[i])): str(base.run[i])
+        for i in np.flatnonzero(base.r == 1)
+    }
+    keys = [(float(plain.budget[i]), float(plain.width[i]), float(plain.seed[i])) for i in range(len(plain))]
+    own = np.array(
+        [base_names.get(k, name) != name for k, name in zip(keys, map(str, plain.run))], dtype=bool
+    )
+    anchors = plain.subset(~own)
     base_keys = {_key(base, i) for i in range(len(base)) if base.r[i] == 1}
     new_anchor = np.array([_key(anchors, i) not in base_keys for i in range(len(anchors))], dtype=bool)
     shared = int((~new_anchor).sum()) if len(anchors) else 0
@@ -139,7 +153,16 @@ def make_arms(base: RunTable, variant: RunTable) -> Arms:
     table = _concat([base, extra, looped])
     flag = np.concatenate([np.zeros(len(base) + len(extra), bool), np.ones(len(looped), bool)])
     r1 = _concat([base.subset(base.r == 1), extra])
-    return Arms(table, flag, _concat([base, extra]), _concat([r1, looped]), shared)
+    own_runs = plain.subset(own)
+    return Arms(
+        table,
+        flag,
+        _concat([base, extra]),
+        _concat([r1, looped]),
+        shared,
+        _concat([own_runs, looped]),
+        len(own_runs),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -431,7 +454,12 @@ def per_budget(
     arms: Arms, model: SharedModel, theta: np.ndarray, resamples: int, seed: int = 0
 ) -> list[dict]:
     """Δφ at each budget: both arms refitted with E, α, β (and the extension) of the pooled shared fit
-    held; A, B, φ, Δφ free; a run-bootstrap CI (resamples keep r = 1, a base looped and a variant run)."""
+    held; A, B, φ, Δφ free; a run-bootstrap CI (resamples keep r = 1, a base looped and a variant run).
+
+    Refused, with the reason in ``reason`` (Δφ and its CI None): a budget without r = 1, base looped and
+    variant runs; a budget with no more runs than free parameters (nothing is identified there); a
+    bootstrap interval of zero width or one that excludes its own estimate (the resamples sit on a bound
+    or a flat direction: not an interval)."""
     box = model.box
     for i in (*SHAPE_HELD, *range(EXT, model.delta)):
         box = box.fixing(i, theta[i])
@@ -441,8 +469,13 @@ def per_budget(
         mask = t.budget == c
         design = _subset_design(model.design, mask)
         flags, r = arms.variant[mask], t.r[mask]
+        n_runs, n_free = int(mask.sum()), int(box.free.sum())
+        refused = {"budget": c, "delta_phi": None, "ci": None, "n": n_runs}
         if not (np.any(flags) and np.any(r == 1) and np.any(~flags & (r > 1))):
-            rows.append({"budget": c, "delta_phi": None, "ci": None, "n": int(mask.sum())})
+            rows.append({**refused, "reason": "needs r = 1, base looped and variant runs at this budget"})
+            continue
+        if n_runs <= n_free:
+            rows.append({**refused, "reason": f"{n_runs} runs for {n_free} free parameters: not identified"})
             continue
         rng = np.random.default_rng(seed)
         starts = np.concatenate([theta[None], box.starts(rng, 10)])
@@ -451,7 +484,7 @@ def per_budget(
         )
         best = ends[np.argmin(values)]
         row = {"budget": c, "delta_phi": float(best[model.delta]), "phi": float(best[PHI]), "ci": None}
-        row["n"] = int(mask.sum())
+        row["n"], row["reason"] = n_runs, None
         if resamples:
             weights = _run_weights(flags, r, resamples, rng)
             ends, _ = minimise_batch(
@@ -465,7 +498,14 @@ def per_budget(
                 lower=box.lower,
                 upper=box.upper,
             )
-            row["ci"] = percentile_ci(ends[:, model.delta])
+            ci = percentile_ci(ends[:, model.delta])
+            if not ci[0] < row["delta_phi"] < ci[1]:
+                row["reason"] = (
+                    "the bootstrap interval has zero width" if ci[1] - ci[0] <= 1e-9
+                    else "the bootstrap interval excludes its own estimate"
+                ) + " (resamples on a bound or a flat direction): no interval"  # fmt: skip
+            else:
+                row["ci"] = ci
         rows.append(row)
     return rows
 

@@ -1,36 +1,34 @@
-"""Is it φ? Effect models of a recipe change on matched pairs (issue 36; method §5.3).
+"""Is it φ? Effect models of a recipe change on matched pairs (issues 36, 43, 44; method §5.3).
 
-A recipe change can lower the loss of a looped model in three ways the joint law tells apart: by buying
+A recipe change can lower the loss of a looped model in several ways the joint law tells apart: by buying
 tokens or parameters (the variant trains on more tokens at the same FLOPs, or has other N), by making a loop
-worth more (a change of φ, whose effect grows with r), or by something the law does not describe (here: a
-constant offset on every looped model). A Δφ fitted to two arms reads all three as Δφ. This module asks
-the runs which it is, from seed-matched pairs: the variant's looped run and the base's run at the same
-(budget, width, r, seed).
+worth more (a change of φ, whose effect grows with r), by something the law does not describe that every
+looped model shares (an offset), or by changing every model, plain ones included. A Δφ fitted to two arms
+reads all of these as Δφ. This module asks the runs which it is, from seed-matched pairs: the variant's run
+and the base's run at the same (budget, width, r, seed). The variant's own r = 1 runs (another run name than
+the base's) pair too; without them the base's r = 1 runs are shared anchors, which assumes the recipe leaves
+plain models alone (the document says so).
 
 For every pair, the loss change (variant − base, nats) is split into the part the **base law** predicts
-from the two runs' own N and D (``token_part``) and the **excess**. The excess is fitted under nested
-effect models:
+from the two runs' own N and D (``token_part``) and the **excess**. The excess is fitted under the models
+built from three terms (``fit.effect_rule.TERMS``):
 
-- ``tokens only``: no excess;
-- ``delta phi``: excess = L̂(φ + Δφ) − L̂(φ) at the variant's run (∝ ∂L/∂φ for small Δφ: it grows with r);
-- ``offset``: excess = c, the same for every looped run;
-- ``offset + delta phi``: both.
+- ``every``: a constant on every pair, r = 1 included (only with r = 1 pairs);
+- ``offset``: a constant on the looped pairs (beyond ``every``: the loop-specific constant);
+- ``delta_phi``: L̂(φ + Δφ) − L̂(φ) at the variant's run (∝ ∂L/∂φ for small Δφ: it grows with r, 0 at r = 1).
 
-Estimates: Gauss–Newton least squares on the pairs. Intervals: estimate ± t(G − 1)·SE with G the pairs'
-(r, width) clusters, SE² = a cluster-robust variance (CR1: an error the variant shares within an (r, width)
-group across budgets is allowed for) + the variance across the base law's random-effects bootstrap draws
-(the token part and ∂L/∂φ rest on the base's fit). Tests, calibrated by simulation: the excess is simulated
-under each null (truth = the null model fitted to these pairs, a cluster effect and an iid error with the
-variances estimated from the full model's residuals, the analysis run with a base-bootstrap draw of the
-law), and an observed statistic is compared with the simulated ones (Monte Carlo p-value). The rule:
+Estimates: Gauss–Newton least squares on the pairs. SE² = a cluster-robust variance over the pairs' (r, width)
+clusters (CR1) + the variance across the base law's random-effects bootstrap draws (the token part and ∂L/∂φ
+rest on the base's fit). Intervals and the rule that names a model: ``fit.effect_rule`` (one calibrated test
+per term; the interval is its inversion, so a named term's interval excludes 0).
 
-1. no excess beyond tokens (F ratio of c and Δφ jointly not rejected) → ``tokens only``;
-2. otherwise the t statistics of c and Δφ in ``offset + delta phi``: one rejected → that model alone; both
-   → ``offset + delta phi``; neither (the two are confounded on this design) → ``excess not attributed``.
-
-``calibrate`` then simulates each of the four models as the truth on this design and counts what the rule
-says: wrong attribution (an effect named that the truth does not have) and power (the true model named).
-Δφ is a recipe's price only where the rule chose ``delta phi`` (or ``tokens only``, Δφ ≈ 0).
+**What the design can identify** comes first: the offset and Δφ are not separable with one looped r, or where
+their columns are nearly collinear over the looped pairs (cosine above ``SEPARABLE_COS``); Δφ then leaves the
+rule, and a loop-specific excess is reported as that, not as a constant or a Δφ. A chosen model whose terms
+cancel each other (each term's largest contribution over ``CANCEL_RATIO`` times the largest observed cluster
+mean excess) is flagged and not named. **Shape.** Beyond the chosen model, the excess left is regressed on
+log₁₀ width over the (r, width) cluster means: where that slope's interval excludes 0 the effect is not one
+constant, and the verdict gives its profile instead.
 """
 
 from __future__ import annotations
@@ -43,26 +41,41 @@ import numpy as np
 from scipy.stats import t as t_dist
 
 from loopscale.errors import UserError
-from loopscale.fit.bootstrap import CI_LEVEL, random_effects_bootstrap
+from loopscale.fit.bootstrap import random_effects_bootstrap
+from loopscale.fit.effect_rule import (
+    TERMS,
+    TEST_LEVEL,
+    UNATTRIBUTED,
+    Simulator,
+    calibrate,
+    calibrate_rule,
+    cluster_robust,
+    known_covariance,
+    known_sandwich,
+    model_name,
+    noise_components,
+    submodels,
+    t_critical,
+    term_p,
+)
 from loopscale.fit.fitter import LawFit, design_for
 from loopscale.fit.law import PARAMS, PHI, log_prediction
 from loopscale.fit.table import RunTable
 
-MODELS = ("tokens only", "delta phi", "offset", "offset + delta phi")
-UNATTRIBUTED = "excess not attributed"
-# Size of each test of the rule: 4%, so that wrong attribution (which can take the union of two tests) stays
-# at or below 5% beyond the Monte Carlo error of the simulated critical values.
-TEST_LEVEL = 0.04
 STEP = 1e-4  # central-difference step in φ for ∂L/∂φ
 GN_ITER = 12  # Gauss–Newton steps (the Δφ effect is mildly convex in Δφ)
 BASE_RESAMPLES = 200  # base-law bootstrap draws (token part and ∂L/∂φ under each)
 SIMULATIONS = 2000  # simulated tables per truth (null distributions and the attribution table)
+# Offset and Δφ count as separable where the cosine of their columns over the looped pairs is at most this
+# (a variance inflation of 1/(1 − 0.995²) ≈ 100: each estimate's SE ten times what it would be alone).
+SEPARABLE_COS = 0.995
+CANCEL_RATIO = 3.0  # a term this many times the largest observed cluster-mean excess: terms cancelling
 
 
 @dataclass(frozen=True)
 class Pairs:
-    """Seed-matched looped runs of the two arms. Losses in nats; ``base`` and ``variant``: the runs as
-    one-row-per-pair tables (same order)."""
+    """Seed-matched runs of the two arms (looped, and the variant's own r = 1 runs). Losses in nats;
+    ``base`` and ``variant``: the runs as one-row-per-pair tables (same order)."""
 
     base: RunTable
     variant: RunTable
@@ -73,35 +86,48 @@ class Pairs:
         return len(self.base)
 
     @property
+    def looped(self) -> np.ndarray:
+        """bool [n]: the pair's r > 1."""
+        return self.base.r > 1
+
+    @property
     def change(self) -> np.ndarray:
         """Variant − base final loss per pair (nats)."""
         return self.variant.loss - self.base.loss
 
 
 def match_pairs(base: RunTable, variant: RunTable) -> Pairs:
-    """Every looped variant run with the base run at the same (budget, width, r, seed); unmatched runs are
-    left out. A key held twice in one arm (replicates without a seed column) cannot be paired: UserError."""
+    """Every variant run with the base run at the same (budget, width, r, seed): the looped runs, and the
+    variant's own r = 1 runs (a run name the base does not give that run; the base's own r = 1 runs listed
+    in the variant are the shared anchors, not pairs). Unmatched runs are left out. A key held twice in one
+    arm (replicates without a seed column) cannot be paired: UserError."""
     keys = {}
     for name, t in (("base", base), ("variant", variant)):
         if not (np.all(np.isfinite(t.width)) and t.has_budget):
             raise UserError(f"pairing runs needs 'budget' and 'width' columns; the {name} table lacks one")
         index: dict[tuple, int] = {}
-        for i in np.flatnonzero(t.r > 1):
+        for i in range(len(t)):
             seed = -1.0 if math.isnan(t.seed[i]) else float(t.seed[i])
             key = (float(t.budget[i]), float(t.width[i]), int(t.r[i]), seed)
             if key in index:
                 raise UserError(
-                    f"the {name} table holds two looped runs at budget {key[0]:.3g}, width {key[1]:.0f}, "
+                    f"the {name} table holds two runs at budget {key[0]:.3g}, width {key[1]:.0f}, "
                     f"r = {key[2]} with the same seed ({t.run[index[key]]}, {t.run[i]}): give a 'seed' column"
                 )
             index[key] = int(i)
         keys[name] = index
-    common = sorted(set(keys["base"]) & set(keys["variant"]))
+    common = sorted(
+        k
+        for k in set(keys["base"]) & set(keys["variant"])
+        if k[2] > 1 or str(base.run[keys["base"][k]]) != str(variant.run[keys["variant"][k]])
+    )
     if len(common) < 4:
         raise UserError(
-            f"only {len(common)} looped runs of the variant have a base run at the same (budget, width, r, "
-            "seed): at least 4 matched pairs are needed to split a loss change into tokens and effects"
+            f"only {len(common)} runs of the variant have a base run at the same (budget, width, r, seed): "
+            "at least 4 matched pairs are needed to split a loss change into tokens and effects"
         )
+    if not any(k[2] > 1 for k in common):
+        raise UserError("no looped run of the variant has a base run at the same (budget, width, r, seed)")
     b = base.subset(np.array([keys["base"][k] for k in common]))
     v = variant.subset(np.array([keys["variant"][k] for k in common]))
     groups = sorted({(int(k[2]), k[1]) for k in common})
@@ -166,217 +192,125 @@ def base_law(fit: LawFit, table: RunTable, pairs: Pairs, resamples: int, seed: i
 # Fitting the effect models
 
 
-def _columns(model: str, slope: np.ndarray) -> np.ndarray:
-    """Design columns [n, k] of a linear(ised) model: offset (1), Δφ (∂L/∂φ)."""
-    cols = []
-    if "offset" in model:
-        cols.append(np.ones(len(slope)))
-    if "delta phi" in model:
-        cols.append(slope)
-    return np.column_stack(cols) if cols else np.zeros((len(slope), 0))
+def fit_effect(terms, excess: np.ndarray, law: BaseLaw, theta: np.ndarray, looped: np.ndarray) -> dict:
+    """Gauss–Newton least squares of the model of ``terms`` on the pairs' excess under base-law θ →
+    {"every", "offset", "delta_phi" (absent terms 0), "fitted" [n], "jacobian" [n, k] (columns in
+    ``TERMS`` order)}."""
+    n = len(excess)
+    linear = [t for t in TERMS if t in terms and t != "delta_phi"]
+    x = np.column_stack(
+        [np.ones(n) if t == "every" else looped.astype(float) for t in linear] or [np.zeros((n, 0))]
+    )
+    phi = "delta_phi" in terms
+    coef, delta, jac = np.zeros(len(linear)), 0.0, x
 
+    def effect() -> np.ndarray:
+        return x @ coef + (law.phi_effect(theta, delta)[0] if phi else 0.0)
 
-def fit_effect(model: str, excess: np.ndarray, law: BaseLaw, theta: np.ndarray) -> dict:
-    """Gauss–Newton least squares of ``model`` on the pairs' excess under base-law θ → {"offset",
-    "delta_phi", "fitted", "jacobian"} (absent coefficients 0)."""
-    c, delta = 0.0, 0.0
-    jac = _columns(model, law.phi_slope(theta, 0.0)[0])
-    if model == "tokens only":
-        return {"offset": 0.0, "delta_phi": 0.0, "fitted": np.zeros(len(excess)), "jacobian": jac}
-    for _ in range(GN_ITER if "delta phi" in model else 1):
-        fitted = c + (law.phi_effect(theta, delta)[0] if "delta phi" in model else np.zeros(len(excess)))
-        jac = _columns(model, law.phi_slope(theta, delta)[0])
-        step, *_ = np.linalg.lstsq(jac, excess - fitted, rcond=None)
-        if "offset" in model:
-            c += float(step[0])
-        if "delta phi" in model:  # inside Δφ's box (compare.DELTA_BOUNDS): a flat direction cannot run off
+    for _ in range((GN_ITER if phi else 1) if terms else 0):
+        jac = np.column_stack([x, law.phi_slope(theta, delta)[0]]) if phi else x
+        step, *_ = np.linalg.lstsq(jac, excess - effect(), rcond=None)
+        coef = coef + step[: len(linear)]
+        if phi:  # inside Δφ's box (compare.DELTA_BOUNDS): a flat direction cannot run off
             delta = float(np.clip(delta + step[-1], -3.0, 3.0))
-    fitted = c + (law.phi_effect(theta, delta)[0] if "delta phi" in model else np.zeros(len(excess)))
-    return {"offset": c, "delta_phi": delta, "fitted": fitted, "jacobian": jac}
+    out = dict.fromkeys(TERMS, 0.0)
+    out.update({t: float(c) for t, c in zip(linear, coef)})
+    out["delta_phi"] = delta
+    return {**out, "fitted": effect() + np.zeros(n), "jacobian": jac}
 
 
-def cluster_robust(jac: np.ndarray, resid: np.ndarray, cluster: np.ndarray) -> np.ndarray:
-    """CR1 covariance of linear(ised) least-squares coefficients [k, k]: (X'X)⁻¹ Σ_g s_g s_g' (X'X)⁻¹ with
-    s_g = X_g' e_g, scaled by G/(G − 1)·(n − 1)/(n − k)."""
-    n, k = jac.shape
-    groups = int(cluster.max()) + 1
-    bread = np.linalg.pinv(jac.T @ jac)
-    scores = np.zeros((groups, k))
-    np.add.at(scores, cluster, jac * resid[:, None])
-    scale = groups / max(groups - 1, 1) * (n - 1) / max(n - k, 1)
-    return scale * bread @ (scores.T @ scores) @ bread
+def contributions(m: dict, terms, law: BaseLaw, looped: np.ndarray) -> dict[str, np.ndarray]:
+    """Each term's part of the model's fitted excess per pair (nats)."""
+    parts = {"every": m["every"] * np.ones(len(looped)), "offset": m["offset"] * looped.astype(float)}
+    if "delta_phi" in terms:
+        parts["delta_phi"] = law.phi_effect(law.theta, m["delta_phi"])[0]
+    return {t: parts[t] for t in terms}
 
 
-def noise_components(resid: np.ndarray, cluster: np.ndarray, k: int) -> dict[str, float]:
-    """Method-of-moments variances of the residuals (nats²): an iid term from the spread within (r, width)
-    clusters and a cluster term from the spread of the cluster means beyond it."""
-    groups = int(cluster.max()) + 1
-    counts = np.bincount(cluster, minlength=groups).astype(float)
-    means = np.bincount(cluster, weights=resid, minlength=groups) / np.maximum(counts, 1)
-    within = float(np.sum((resid - means[cluster]) ** 2))
-    df_within = len(resid) - groups
-    iid = within / df_within if df_within > 0 else float(np.sum(resid**2)) / max(len(resid) - k, 1)
-    between = float(np.sum(counts * (means - np.average(means, weights=counts)) ** 2)) / max(groups - 1, 1)
-    n_bar = (len(resid) - np.sum(counts**2) / len(resid)) / max(groups - 1, 1)
-    return {"iid": iid, "cluster": max(0.0, (between - iid) / max(n_bar, 1e-12))}
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Test statistics of the rule, vectorised over simulated tables (linear in ∂L/∂φ at Δφ = 0)
-
-
-def _ols_t(y: np.ndarray, x: np.ndarray, cluster: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For tables y [S, n] on columns x [S, n, k] (one design per table): coefficients [S, k], their CR1 t
-    statistics [S, k] and the residuals [S, n]."""
-    s, n, k = x.shape
-    groups = int(cluster.max()) + 1
-    bread = np.linalg.pinv(np.einsum("sni,snj->sij", x, x))
-    beta = np.einsum("sij,sj->si", bread, np.einsum("sni,sn->si", x, y))
-    resid = y - np.einsum("sni,si->sn", x, beta)
-    scores = np.zeros((s, groups, k))
-    np.add.at(scores, (slice(None), cluster), x * resid[:, :, None])
-    scale = groups / max(groups - 1, 1) * (n - 1) / max(n - k, 1)
-    cov = scale * bread @ np.einsum("sgi,sgj->sij", scores, scores) @ bread
-    return beta, beta / np.sqrt(np.maximum(np.einsum("sii->si", cov), 1e-300)), resid
-
-
-def known_covariance(cluster: np.ndarray, sd: float, cluster_sd: float) -> np.ndarray:
-    """Σ [n, n] of pair errors with a known iid sd and a known (r, width) cluster sd (nats)."""
-    same = (cluster[:, None] == cluster[None, :]).astype(float)
-    return sd**2 * np.eye(len(cluster)) + cluster_sd**2 * same
-
-
-def known_sandwich(x: np.ndarray, known: np.ndarray) -> np.ndarray:
-    """Covariance (X'X)⁻¹X'ΣX(X'X)⁻¹ [..., k, k] of least-squares coefficients on columns ``x`` [..., n, k]
-    (one design, or one per simulated table) when the errors' Σ [n, n] is known."""
-    bread = np.linalg.pinv(np.einsum("...ni,...nj->...ij", x, x))
-    return bread @ np.einsum("...ni,nm,...mj->...ij", x, known, x) @ bread
-
-
-def statistics(
-    excess: np.ndarray, slope: np.ndarray, cluster: np.ndarray, known: np.ndarray | None = None
-) -> dict[str, np.ndarray]:
-    """The rule's statistics for tables [S, n] with ∂L/∂φ [S, n]: the F ratio of ``offset + delta phi``
-    against no excess ((RSS₀ − RSS)/2 over RSS/(n − 2); a cluster-robust Wald of two nearly collinear
-    columns is erratic on a dozen clusters), and |t| (CR1) of c and of Δφ in ``offset + delta phi``.
-    ``known``: the pairs' error covariance Σ taken as known (``known_covariance``; a few pairs, the demo):
-    the F ratio's denominator is its mean variance and the t's SE (X'X)⁻¹X'ΣX(X'X)⁻¹ instead of CR1."""
-    x = np.stack([np.ones_like(slope), slope], axis=2)
-    beta, t, resid = _ols_t(excess, x, cluster)
-    rss = np.sum(resid**2, axis=1)
-    n = excess.shape[1]
-    scale = np.maximum(rss / (n - 2), 1e-300) if known is None else float(np.trace(known)) / n
-    ratio = (np.sum(excess**2, axis=1) - rss) / 2 / scale
-    if known is not None:
-        cov = known_sandwich(x, known)
-        t = beta / np.sqrt(np.maximum(np.einsum("sii->si", cov), 1e-300))
-    return {"any": ratio, "offset": np.abs(t[:, 0]), "delta_phi": np.abs(t[:, 1])}
-
-
-def decide(stats: dict[str, np.ndarray], critical: dict[str, float]) -> np.ndarray:
-    """The rule (module docstring) → model name per table [S]."""
-    any_ = stats["any"] > critical["any"]
-    off, phi = stats["offset"] > critical["offset"], stats["delta_phi"] > critical["delta_phi"]
-    out = np.full(len(any_), UNATTRIBUTED, dtype=object)
-    out[~any_] = "tokens only"
-    out[any_ & off & ~phi] = "offset"
-    out[any_ & ~off & phi] = "delta phi"
-    out[any_ & off & phi] = "offset + delta phi"
-    return out
-
-
-@dataclass(frozen=True)
-class Simulator:
-    """Simulated pair tables: the truth's excess at the fit's θ plus a cluster and an iid error, analysed
-    with a base-law bootstrap draw (so the base law's uncertainty enters every simulated statistic)."""
-
-    token_fit: np.ndarray  # [n] token part under the fit's θ
-    slope_fit: np.ndarray  # [n] ∂L/∂φ under the fit's θ
-    token_draws: np.ndarray  # [K, n]
-    slope_draws: np.ndarray  # [K, n]
-    cluster: np.ndarray
-    noise: dict[str, float]
-    known: np.ndarray | None = None  # statistics with a known error covariance (``statistics``)
-
-    def statistics(self, excess: np.ndarray, slope: np.ndarray) -> dict[str, np.ndarray]:
-        return statistics(excess, slope, self.cluster, self.known)
-
-    def tables(self, offset: float, delta_phi: float, count: int, rng: np.random.Generator):
-        """(excess [S, n], slope [S, n]) of ``count`` simulated tables with this truth."""
-        n, groups = len(self.cluster), int(self.cluster.max()) + 1
-        errors = rng.normal(0.0, math.sqrt(self.noise["iid"]), (count, n))
-        errors += rng.normal(0.0, math.sqrt(self.noise["cluster"]), (count, groups))[:, self.cluster]
-        change = self.token_fit + offset + delta_phi * self.slope_fit + errors
-        pick = rng.integers(0, len(self.token_draws), count)
-        return change - self.token_draws[pick], self.slope_draws[pick]
-
-
-REFERENCE_EFFECTS = (-0.08, 0.19)  # Δφ of the paper's two case studies, rounded (method §9.11): power at each
-
-
-def truths(models: dict[str, dict], reference=REFERENCE_EFFECTS) -> list[dict]:
-    """The truths simulated: each model at its fit to these pairs, and Δφ alone at each ``reference``
-    value (the power to name a Δφ of that size on this design)."""
-    rows = [
-        {
-            "label": name,
-            "model": name,
-            "offset": models[name]["offset"],
-            "delta_phi": models[name]["delta_phi"],
-        }
-        for name in MODELS
-    ]
-    rows += [
-        {"label": f"delta phi = {d:+.2f}", "model": "delta phi", "offset": 0.0, "delta_phi": float(d)}
-        for d in reference
-    ]
-    return rows
-
-
-def calibrate(sim: Simulator, truth: list[dict], critical: dict[str, float], count: int, seed: int) -> dict:
-    """What the rule says when each row of ``truth`` is the truth: the share of ``count`` simulated tables
-    per chosen model, wrong attribution (an offset named when the truth has none, a Δφ named when it has
-    none, any effect named under ``tokens only``) and power (the true model named)."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    for row in truth:
-        excess, slope = sim.tables(row["offset"], row["delta_phi"], count, rng)
-        chosen = decide(sim.statistics(excess, slope), critical)
-        shares = {m: float(np.mean(chosen == m)) for m in (*MODELS, UNATTRIBUTED)}
-        has_off, has_phi = "offset" in row["model"], "delta phi" in row["model"]
-        wrong = np.zeros(count, bool)
-        for m in MODELS:
-            if ("offset" in m and not has_off) or ("delta phi" in m and not has_phi):
-                wrong |= chosen == m
-        out[row["label"]] = {
-            "model": row["model"],
-            "truth": {"offset": row["offset"], "delta_phi": row["delta_phi"]},
-            "chosen": shares,
-            "wrong_attribution": float(wrong.mean()),
-            "power": shares[row["model"]],
-        }
-    return out
-
-
-def critical_values(sim: Simulator, truth: list[dict], count: int, seed: int) -> dict:
-    """Each statistic's level-``TEST_LEVEL`` critical value from ``count`` tables simulated under its
-    null: no excess for the joint test, the fitted offset model for Δφ, and for the offset every Δφ-only
-    truth (the fitted and the reference sizes; the largest quantile): a large Δφ read through a base-law
-    draw leaves a misfit an offset absorbs, and the test must not call that an offset."""
-    rng = np.random.default_rng(seed)
-    nulls = {
-        "any": [row for row in truth if row["model"] == "tokens only"],
-        "delta_phi": [row for row in truth if row["label"] == "offset"],
-        "offset": [row for row in truth if row["model"] == "delta phi"],
+def separability(pairs: Pairs, slope: np.ndarray) -> dict:
+    """Whether this design tells an offset from Δφ: the looped r it holds, the cosine of the two columns
+    over the looped pairs and the condition number of the pair of unit columns."""
+    looped = pairs.looped
+    rs = sorted({int(r) for r in pairs.base.r[looped]})
+    g = slope[looped]
+    cosine = float(abs(g.sum()) / math.sqrt(max(len(g) * float(np.sum(g**2)), 1e-300)))
+    condition = math.sqrt((1 + cosine) / max(1 - cosine, 1e-300))
+    reason = "one looped r" if len(rs) < 2 else ("collinear" if cosine > SEPARABLE_COS else None)
+    return {
+        "separable": reason is None,
+        "reason": reason,
+        "looped_r": rs,
+        "cosine": cosine,
+        "condition": condition,
+        "bound": SEPARABLE_COS,
     }
-    crit, null_stats = {}, {}
-    for stat, rows in nulls.items():
-        for row in rows:
-            excess, slope = sim.tables(row["offset"], row["delta_phi"], count, rng)
-            values = sim.statistics(excess, slope)[stat]
-            if float(np.quantile(values, 1 - TEST_LEVEL)) >= crit.get(stat, -math.inf):
-                crit[stat], null_stats[stat] = float(np.quantile(values, 1 - TEST_LEVEL)), values
-    return {"critical": crit, "null": null_stats}
+
+
+def width_trend(
+    pairs: Pairs,
+    values: np.ndarray,
+    token_fit: np.ndarray,
+    token_draws: np.ndarray,
+    looped: bool | None = None,
+) -> dict | None:
+    """Slope of ``values``' (r, width) cluster means on log₁₀ width (nats per decade of width), over every
+    cluster or only the looped (``looped`` True) or plain (False) ones: OLS on the cluster means, SE² =
+    their residual variance's + the variance of the slope across the base law's draws (the token part's
+    error at each width); interval ± ``t_critical``(G − 2)·SE. None with fewer than 3 widths."""
+    keys = pairs.cluster_keys
+    keep = np.array([looped is None or (k[0] > 1) == looped for k in keys])
+    widths = np.array([k[1] for k in keys])[keep]
+    groups = len(widths)
+    if len(set(widths.tolist())) < 3 or groups < 3:
+        return None
+    x = np.log10(widths) - np.log10(widths).mean()
+    member = np.eye(len(keys))[pairs.cluster][:, keep]
+    counts = member.sum(axis=0)
+
+    def slopes(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # [..., n] → slope [...], cluster means
+        means = np.einsum("...n,ng->...g", v, member) / counts
+        return means @ x / float(x @ x), means
+
+    slope, means = slopes(values)
+    left = means - means.mean() - slope * x
+    df = groups - 2
+    se_ls = math.sqrt(float(left @ left) / max(df, 1) / float(x @ x))
+    base = slopes(token_fit - token_draws)[0] if len(token_draws) > 1 else np.zeros(1)
+    se = math.sqrt(se_ls**2 + float(np.var(base, ddof=1) if len(base) > 1 else 0.0))
+    c = t_critical(df)
+    return {
+        "slope": float(slope),
+        "se": se,
+        "se_base_law": float(np.std(base, ddof=1)) if len(base) > 1 else 0.0,
+        "df": df,
+        "ci": [float(slope - c * se), float(slope + c * se)],
+        "p": float(2 * t_dist.sf(abs(slope) / max(se, 1e-300), max(df, 1))),
+        "varies": bool(abs(slope) > c * se),
+        "explained": float(1 - (left @ left) / max(float(np.sum((means - means.mean()) ** 2)), 1e-300)),
+    }
+
+
+def scope_trends(pairs: Pairs, excess: np.ndarray, token_fit: np.ndarray, token_draws: np.ndarray) -> dict:
+    """With r = 1 pairs: the excess's slope along width for plain and for looped models, and the difference
+    (plain − looped; SE² the sum, t on the smaller df): whether the recipe changes plain models with size,
+    and whether more than looped ones. Empty without r = 1 pairs."""
+    if pairs.looped.all():
+        return {}
+    out = {
+        scope: width_trend(pairs, excess, token_fit, token_draws, looped)
+        for scope, looped in (("plain", False), ("looped", True))
+    }
+    if out["plain"] and out["looped"]:
+        p, q = out["plain"], out["looped"]
+        diff, se, df = p["slope"] - q["slope"], math.hypot(p["se"], q["se"]), min(p["df"], q["df"])
+        c = t_critical(df)
+        out["difference"] = {"slope": diff, "se": se, "df": df, "ci": [diff - c * se, diff + c * se],
+                             "varies": bool(abs(diff) > c * se)}  # fmt: skip
+    return out
+
+
+def _public(m: dict) -> dict:
+    return {k: v for k, v in m.items() if k not in ("fitted", "jacobian")}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -393,9 +327,9 @@ def analyse_pairs(
     seed: int = 0,
     seed_noise: dict | None = None,
 ) -> dict:
-    """Effect models of the variant's loss change (module docstring) → a JSON-ready document:
-    pairs, per-r means, the four models' fits and intervals, the tests, the chosen model, its calibration
-    and the paired Δφ (the ``delta phi`` model's) with its interval. ``fit``: the base arm's law.
+    """Effect models of the variant's loss change (module docstring) → a JSON-ready document: pairs, per-r
+    and per-width means, what the design can separate, every model's fit and intervals, the tests, the
+    chosen model, the shape left beyond it, its calibration. ``fit``: the base arm's law.
 
     ``seed_noise`` {"sd": a pair's iid error sd, "cluster_sd": an (r, width) cluster sd (nats), "df": the
     degrees of freedom of sd} (a few pairs, too few clusters for a cluster-robust variance: the demo):
@@ -403,85 +337,152 @@ def analyse_pairs(
     simulations, and the document says so (``errors``)."""
     pairs = match_pairs(base_table, variant_table)
     law = base_law(fit, base_table, pairs, base_resamples, seed)
-    change = pairs.change
+    change, looped = pairs.change, pairs.looped
     token_fit = law.token_part(law.theta)[0]
     excess = change - token_fit
     groups = len(pairs.cluster_keys)
     t_df = max(groups - 1, 1) if seed_noise is None else int(seed_noise["df"])
-    t_factor = float(t_dist.ppf(0.5 + CI_LEVEL / 2, t_df))
-    models = {name: fit_effect(name, excess, law, law.theta) for name in MODELS}
+    known = (
+        None
+        if seed_noise is None
+        else known_covariance(pairs.cluster, seed_noise["sd"], seed_noise["cluster_sd"])
+    )
+    slope_fit = law.phi_slope(law.theta)[0]
+    split = separability(pairs, slope_fit)
+    terms = (("every",) if np.any(~looped) else ()) + ("offset", "delta_phi")
+    available = tuple(t for t in terms if t != "delta_phi" or split["separable"])
     token_draws = law.token_part(law.draws)
-    # base-law spread of each model's coefficients: refit on the same changes under each bootstrap draw
-    for name, m in models.items():
-        resid = excess - m["fitted"]
-        m["rss"] = float(np.sum(resid**2))
-        k = m["jacobian"].shape[1]
-        m["parameters"] = k
-        m["aic"] = float(len(excess) * math.log(max(m["rss"], 1e-300) / len(excess)) + 2 * k)
-        if k == 0:
-            m["ci"], m["se"] = {}, {}
-            continue
-        if seed_noise is None:
-            cov = cluster_robust(m["jacobian"], resid, pairs.cluster)
-        else:
-            known = known_covariance(pairs.cluster, seed_noise["sd"], seed_noise["cluster_sd"])
-            cov = known_sandwich(m["jacobian"], known)
-        coefs = (["offset"] if "offset" in name else []) + (["delta_phi"] if "delta phi" in name else [])
-        spread = np.array(
-            [[fit_effect(name, change - token_draws[j], law, law.draws[j])[c] for c in coefs]
-             for j in range(len(law.draws))]
-        )  # fmt: skip
-        base_var = spread.var(axis=0, ddof=1) if len(spread) > 1 else np.zeros(len(coefs))
-        m["se"], m["se_pairs"], m["se_base_law"], m["ci"] = {}, {}, {}, {}
-        for j, c in enumerate(coefs):
-            se = math.sqrt(cov[j, j] + base_var[j])
-            m["se"][c], m["se_pairs"][c], m["se_base_law"][c] = (
-                se,
-                math.sqrt(cov[j, j]),
-                math.sqrt(base_var[j]),
-            )
-            m["ci"][c] = [m[c] - t_factor * se, m[c] + t_factor * se]
-    full = models["offset + delta phi"]
-    if seed_noise is None:
-        noise, known = noise_components(excess - full["fitted"], pairs.cluster, 2), None
-    else:
-        noise = {"iid": seed_noise["sd"] ** 2, "cluster": seed_noise["cluster_sd"] ** 2}
-        known = known_covariance(pairs.cluster, seed_noise["sd"], seed_noise["cluster_sd"])
-    slopes = (law.phi_slope(law.theta)[0], token_draws, law.phi_slope(law.draws))
-    sim = Simulator(token_fit, slopes[0], slopes[1], slopes[2], pairs.cluster, noise, known)
-    truth = truths(models)
-    nulls = critical_values(sim, truth, simulations, seed + 11)
-    observed = {k: float(v[0]) for k, v in sim.statistics(excess[None], sim.slope_fit[None]).items()}
-    p_values = {k: float((1 + np.sum(nulls["null"][k] >= observed[k])) / (1 + simulations)) for k in observed}
-    chosen = str(decide({k: np.array([v]) for k, v in observed.items()}, nulls["critical"])[0])
+    fits = {m: fit_effect(m, excess, law, law.theta, looped) for m in [(), *submodels(terms)]}
+    full = fits[terms]
+    noise = (
+        noise_components(excess - full["fitted"], pairs.cluster, len(terms))
+        if seed_noise is None
+        else {
+            "iid": seed_noise["sd"] ** 2,
+            "cluster": seed_noise["cluster_sd"] ** 2,
+            "cluster_upper": seed_noise["cluster_sd"] ** 2,
+        }
+    )
+    sim = Simulator(
+        token_fit,
+        slope_fit,
+        token_draws,
+        law.phi_slope(law.draws),
+        looped,
+        pairs.cluster,
+        {"iid": noise["iid"], "cluster": noise["cluster_upper"]},
+        t_df,
+        known,
+    )
+    rng = np.random.default_rng(seed + 11)
+    coefs = {m: {t: fits[m][t] for t in m} for m in submodels(terms)}
+    rule = calibrate_rule(sim, available, coefs, simulations, rng)
+    cluster_excess = np.abs(np.bincount(pairs.cluster, weights=excess) / np.bincount(pairs.cluster)).max()
+    for m, f in fits.items():
+        _intervals(f, m, excess, change, law, pairs, known, rule, t_df, token_draws)
+        parts = contributions(f, m, law, looped)
+        f["cancelling"] = len(m) >= 2 and all(
+            np.abs(v).max() > CANCEL_RATIO * cluster_excess for v in parts.values()
+        )
+    observed = {
+        m: (
+            np.array([[fits[m]["estimate"][t] for t in m]]),
+            np.array([[max(fits[m]["se"][t], 1e-300) for t in m]]),
+        )
+        for m in submodels(available)
+    }
+    f_ratio = sim.any_excess(available, excess[None], slope_fit[None])
+    chosen = str(rule.decide(f_ratio, observed)[0])
+    chosen_terms = next((m for m in submodels(terms) if model_name(m) == chosen), ())
+    cancelling = bool(chosen_terms and fits[chosen_terms]["cancelling"])
+    if cancelling:
+        chosen, chosen_terms = UNATTRIBUTED, ()
+    resid = excess - fits[chosen_terms]["fitted"] if chosen_terms else excess
+    left = noise_components(resid, pairs.cluster, len(chosen_terms))
+    tests = {
+        "any": {
+            "statistic": float(f_ratio[0]),
+            "critical": rule.any,
+            "p": float((1 + np.sum(rule.null["any"] >= f_ratio[0])) / (1 + simulations)),
+        }
+    }
+    for t in available:
+        stat = abs(fits[available]["estimate"][t]) / max(fits[available]["se"][t], 1e-300)
+        tests[t] = {
+            "statistic": stat,
+            "critical": rule.term[available][t],
+            "p": term_p(stat, rule.null[t]),
+        }
+    names = {model_name(m): m for m in fits}
     return {
-        "pairs": _pair_rows(pairs, change, token_fit, excess, models),
+        "pairs": _pair_rows(pairs, change, token_fit, excess, fits),
         "n_pairs": len(pairs),
+        "looped_pairs": int(looped.sum()),
+        "plain_pairs": int((~looped).sum()),
+        "anchors": "paired" if np.any(~looped) else "shared",
         "clusters": groups,
-        "per_r": _per_r(pairs, change, token_fit, excess, models),
+        "per_r": _per_r(pairs, change, token_fit, excess, fits),
+        "per_width": _per_width(pairs, change, excess),
         "base_form": law.form,
         "base_resamples": len(law.draws) if len(law.draws) > 1 else 0,
-        "models": {name: _public(m) for name, m in models.items()},
-        "tests": {
-            k: {"statistic": observed[k], "critical": nulls["critical"][k], "p": p_values[k]}
-            for k in ("any", "offset", "delta_phi")
-        },
+        "terms": list(terms),
+        "available": list(available),
+        "separability": split,
+        "models": {name: {**_public(fits[m]), "terms": list(m)} for name, m in names.items()},
+        "tests": tests,
         "chosen": chosen,
-        "noise": {k: math.sqrt(v) for k, v in noise.items()},
-        "errors": "cluster-robust over (r, width) clusters"
+        "chosen_terms": list(chosen_terms),
+        "cancelling": cancelling,
+        "trend": width_trend(pairs, resid, token_fit, token_draws),
+        "scope_trends": scope_trends(pairs, excess, token_fit, token_draws),
+        "heterogeneity": {
+            "cluster_sd": math.sqrt(left["cluster"]),
+            "iid_sd": math.sqrt(left["iid"]),
+            "i2": left["i2"],
+        },
+        "noise": {k: math.sqrt(v) for k, v in noise.items() if k in ("iid", "cluster", "cluster_upper")},
+        "errors": {"kind": "cluster-robust"}
         if seed_noise is None
-        else f"taken as known: pair sd {seed_noise['sd']:.4f} nats (the base's seed noise, {t_df} df) and an "
-        f"(r, width) sd {seed_noise['cluster_sd']:.4f} nats (the base law's own misfit per (r, width)), too "
-        "few pairs to estimate them",
-        "calibration": calibrate(sim, truth, nulls["critical"], simulations, seed + 23),
-        "predicted_shift": predicted_shifts(pairs, law, models),
+        else {"kind": "known", "sd": seed_noise["sd"], "cluster_sd": seed_noise["cluster_sd"], "df": t_df},
+        "calibration": calibrate(sim, rule, coefs, simulations, np.random.default_rng(seed + 23)),
+        "predicted_shift": predicted_shifts(pairs, law, {model_name(m): f for m, f in fits.items()}),
         "simulations": simulations,
         "t_df": t_df,
-        "method": "seed-matched pairs (budget, width, r, seed); token part from the base law; effect models "
-        "by Gauss-Newton least squares; CI estimate +- t(G-1)*SE, SE^2 = CR1 cluster-robust over (r, width) "
-        "clusters + variance across base-law random-effects bootstrap draws; tests: Monte Carlo p-values "
-        "against tables simulated under each null (cluster + iid errors, base-law draw per table)",
+        "ci_level": 1 - TEST_LEVEL,
     }
+
+
+def _intervals(
+    f: dict, m, excess, change, law: BaseLaw, pairs: Pairs, known, rule, t_df: int, token_draws
+) -> None:
+    """Adds to fit ``f`` of model ``m``: "estimate", "se" (SE² = the pairs' CR1 or known-covariance variance
+    + the variance of refits under every base-law draw), "se_pairs", "se_base_law", "critical" (the rule's c
+    where the rule tests this model, else ``t_critical``), "ci" (estimate ± c·SE), "rss", "parameters"."""
+    resid = excess - f["fitted"]
+    f["rss"] = float(np.sum(resid**2))
+    f["parameters"] = len(m)
+    keys = ("estimate", "se", "se_pairs", "se_base_law", "critical", "ci")
+    f.update({k: {} for k in keys})
+    if not m:
+        return
+    cov = (
+        cluster_robust(f["jacobian"], resid, pairs.cluster)
+        if known is None
+        else known_sandwich(f["jacobian"], known)
+    )
+    spread = np.array(
+        [
+            [fit_effect(m, change - token_draws[j], law, law.draws[j], pairs.looped)[t] for t in m]
+            for j in range(len(law.draws))
+        ]
+    )
+    base_var = spread.var(axis=0, ddof=1) if len(spread) > 1 else np.zeros(len(m))
+    for j, t in enumerate(m):
+        se = math.sqrt(cov[j, j] + base_var[j])
+        c = rule.term.get(m, {}).get(t, t_critical(t_df))
+        f["estimate"][t], f["se"][t], f["critical"][t] = f[t], se, c
+        f["se_pairs"][t], f["se_base_law"][t] = math.sqrt(cov[j, j]), math.sqrt(base_var[j])
+        f["ci"][t] = [f[t] - c * se, f[t] + c * se]
 
 
 def predicted_shifts(pairs: Pairs, law: BaseLaw, models: dict[str, dict]) -> list[dict]:
@@ -507,11 +508,7 @@ def predicted_shifts(pairs: Pairs, law: BaseLaw, models: dict[str, dict]) -> lis
     return rows
 
 
-def _public(m: dict) -> dict:
-    return {k: v for k, v in m.items() if k not in ("fitted", "jacobian")}
-
-
-def _pair_rows(pairs: Pairs, change, token, excess, models) -> list[dict]:
+def _pair_rows(pairs: Pairs, change, token, excess, fits: dict) -> list[dict]:
     rows = []
     for i in range(len(pairs)):
         rows.append(
@@ -526,17 +523,17 @@ def _pair_rows(pairs: Pairs, change, token, excess, models) -> list[dict]:
                 "change": float(change[i]),
                 "token_part": float(token[i]),
                 "excess": float(excess[i]),
-                "predicted": {name: float(token[i] + m["fitted"][i]) for name, m in models.items()},
+                "predicted": {model_name(m): float(token[i] + f["fitted"][i]) for m, f in fits.items()},
             }
         )
     return rows
 
 
-def _per_r(pairs: Pairs, change, token, excess, models) -> dict[str, dict]:
+def _per_r(pairs: Pairs, change, token, excess, fits: dict) -> dict[str, dict]:
     out = {}
     for r in sorted(set(pairs.base.r.tolist())):
         mask = pairs.base.r == r
-        out[str(r)] = {
+        out[str(int(r))] = {
             "pairs": int(mask.sum()),
             "change": float(change[mask].mean()),
             "change_sd": float(change[mask].std(ddof=1)) if mask.sum() > 1 else None,
@@ -544,10 +541,29 @@ def _per_r(pairs: Pairs, change, token, excess, models) -> dict[str, dict]:
             "excess": float(excess[mask].mean()),
             "token_ratio": float(np.mean(pairs.variant.tokens[mask] / pairs.base.tokens[mask])),
             "predicted": {
-                name: float(np.mean(token[mask] + m["fitted"][mask])) for name, m in models.items()
+                model_name(m): float(np.mean(token[mask] + f["fitted"][mask])) for m, f in fits.items()
             },
         }
     return out
+
+
+def _per_width(pairs: Pairs, change, excess) -> list[dict]:
+    """Mean loss change and excess per (width, plain or looped) (nats): the profile along size."""
+    rows = []
+    for w in sorted(set(pairs.base.width.tolist())):
+        for looped in (False, True):
+            mask = (pairs.base.width == w) & (pairs.looped == looped)
+            if mask.any():
+                rows.append(
+                    {
+                        "width": float(w),
+                        "looped": looped,
+                        "pairs": int(mask.sum()),
+                        "change": float(change[mask].mean()),
+                        "excess": float(excess[mask].mean()),
+                    }
+                )
+    return rows
 
 
 def with_base_fit(base_table: RunTable, form: str, restarts: int, seed: int) -> LawFit:

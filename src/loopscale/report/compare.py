@@ -12,9 +12,18 @@ from pathlib import Path
 
 import numpy as np
 
-from loopscale.fit.case_study import compare_arms, effect_sentence, loss_change_text, mc_text, p_text, to_json
+from loopscale.fit.case_study import (
+    compare_arms,
+    delta_phi_story,
+    design_text,
+    effect_sentence,
+    loss_change_text,
+    mc_text,
+    p_text,
+    shape_text,
+    to_json,
+)
 from loopscale.fit.compare import PAPER_EFFECTS, make_arms
-from loopscale.fit.effects import MODELS, UNATTRIBUTED
 from loopscale.fit.labels import flops_label
 from loopscale.fit.table import RunTable
 from loopscale.report.document import Bullets, Image, Section, Table
@@ -53,6 +62,9 @@ def _section(doc: dict, arms_figure: Path) -> Section:
     d, s = doc["delta_phi"], doc["delta_phi_separate"]
     effect = paper_effect(doc["name"])
     blocks: list = [f"**{doc['verdict']}**"]
+    story = delta_phi_story(doc)
+    if story:
+        blocks.append(story[0].upper() + story[1:] + ".")
     if doc.get("effects"):
         blocks += _effect_blocks(doc["effects"])
     items = [
@@ -98,13 +110,14 @@ def _section(doc: dict, arms_figure: Path) -> Section:
     blocks.append(Bullets(items))
     blocks.append(
         Table(
-            ["budget (FLOPs)", "Δφ", "95% CI", "runs"],
+            ["budget (FLOPs)", "Δφ", "95% CI", "runs", "refused because"],
             [
                 [
                     flops_label(row["budget"]),
                     "–" if row["delta_phi"] is None else f"{row['delta_phi']:+.3f}",
                     _ci(row["ci"]),
                     str(row["n"]),
+                    row.get("reason") or "",
                 ]
                 for row in doc["per_budget"]
             ],
@@ -130,20 +143,17 @@ def _section(doc: dict, arms_figure: Path) -> Section:
 
 
 def _effect_blocks(e: dict) -> list:
-    """The matched-pair analysis: per r, the four effect models, the tests and the rule's calibration."""
-    t = e["tests"]
+    """The matched-pair analysis: per r, the effect models, the tests, the shape left and the rule's
+    calibration."""
     intro = (
         f"**Is it φ?** {e['n_pairs']} seed-matched pairs (variant − base at the same budget, width, r and "
-        f"seed) in {e['clusters']} (r, width) clusters. The base law ({e['base_form']} form; "
-        f"{e['base_resamples']} bootstrap draws carry its uncertainty) predicts the part of each loss change "
-        "that the variant's own N and D explain (the token part); the excess is fitted under four effect "
-        "models. A change of φ must grow with r; an offset is the same at every r. Tests (Monte Carlo p "
-        f"against {e['simulations']} tables simulated under each null): excess beyond tokens "
-        f"{p_text(t['any']['p'])}; "
-        f"Δφ beyond an offset {p_text(t['delta_phi']['p'])}; an offset beyond Δφ {p_text(t['offset']['p'])}. "
-        f"Chosen: **{e['chosen']}** — {effect_sentence(e)}."
+        f"seed; {e['plain_pairs']} at r = 1) in {e['clusters']} (r, width) clusters. The base law "
+        f"({e['base_form']} form; {e['base_resamples']} bootstrap draws carry its uncertainty) predicts the "
+        "part of each loss change that the variant's own N and D explain (the token part); the excess is "
+        "fitted under the effect models. A change of φ must grow with r; an offset is the same at every r; "
+        f"an every-model term moves plain models too. Chosen: **{e['chosen']}** — {effect_sentence(e)}."
     )
-    names = [m for m in MODELS if m != "tokens only"]
+    names = [m for m in e["models"] if m != "tokens only"]
     per_r = Table(
         ["r", "pairs", "loss change", "tokens (variant/base)", "token part", "excess", *names],
         [
@@ -159,48 +169,63 @@ def _effect_blocks(e: dict) -> list:
             for r, v in e["per_r"].items()
         ],
     )
+    per_width = Table(
+        ["width", "models", "pairs", "loss change", "excess"],
+        [
+            [f"{row['width']:.0f}", "looped" if row["looped"] else "r = 1", str(row["pairs"]),
+             f"{row['change']:+.4f}", f"{row['excess']:+.4f}"]
+            for row in e["per_width"]
+        ],
+    )  # fmt: skip
 
     def coef(m: dict, key: str) -> str:
         if key not in m["ci"]:
             return "–"
         return (
-            f"{m[key]:+.4f} {_ci(m['ci'][key])} (SE {m['se'][key]:.4f}: pairs {m['se_pairs'][key]:.4f}, base "
-            f"law {m['se_base_law'][key]:.4f})"
+            f"{m[key]:+.4f} {_ci(m['ci'][key])} (c {m['critical'][key]:.2f}, SE {m['se'][key]:.4f}: pairs "
+            f"{m['se_pairs'][key]:.4f}, base law {m['se_base_law'][key]:.4f})"
         )
 
+    keys = [(t, label) for t, label in (("every", "every model (nats)"), ("offset", "offset (nats)"),
+                                        ("delta_phi", "Δφ")) if t in e["terms"]]  # fmt: skip
     models = Table(
-        ["model", "offset (nats)", "Δφ", "RSS (nats²)", "chosen"],
+        ["model", *(label for _, label in keys), "RSS (nats²)", "chosen"],
         [
             [
-                name,
-                coef(m, "offset"),
-                coef(m, "delta_phi"),
+                name + (" (terms cancel)" if m["cancelling"] else ""),
+                *(coef(m, t) for t, _ in keys),
                 f"{m['rss']:.5f}",
                 "yes" if name == e["chosen"] else "",
             ]
             for name, m in e["models"].items()
         ],
     )
-    labels = [*MODELS, UNATTRIBUTED]
+    cal = e["calibration"]
+    labels = list(next(iter(cal.values()))["chosen"])
     calibration = Table(
-        ["truth (simulated)", *labels, "wrong attribution"],
+        ["truth (simulated)", *labels, "wrong attribution", "named, interval holds 0", "coverage"],
         [
             [
-                f"{label}: offset {c['truth']['offset']:+.3f}, Δφ {c['truth']['delta_phi']:+.3f}",
+                f"{label}: " + (", ".join(f"{t} {v:+.3f}" for t, v in c["truth"].items()) or "no excess"),
                 *(f"{c['chosen'][m]:.2f}" for m in labels),
                 f"{c['wrong_attribution']:.3f}",
+                f"{c['disagreement']:.3f}",
+                ", ".join(f"{v:.3f}" for v in c["coverage"].values()) or "–",
             ]
-            for label, c in e["calibration"].items()
+            for label, c in cal.items()
         ],
     )
     note = (
-        "Per r: mean loss change and what each effect model predicts for it (token part + the model's "
-        f"excess). Models: offset and Δφ with estimate ± t({e['t_df']})·SE, SE² = cluster-robust (CR1) "
-        "variance over the pairs + variance across the base law's bootstrap draws. Calibration: the share of "
-        "simulated tables on which the rule names each model, with each model (at its fit to these pairs, or "
-        "Δφ alone at the paper's sizes) as the truth."
+        "Per r and per width: mean loss change and what each effect model predicts for it (token part + the "
+        f"model's excess). Models: each term's estimate ± c·SE ({100 * e['ci_level']:.0f}%), c the critical "
+        "value of the same Monte Carlo test that decides whether the term is named (so a named term's "
+        "interval excludes 0), SE² = cluster-robust (CR1) variance over the pairs + variance across the base "
+        "law's bootstrap draws. Calibration: the share of simulated tables on which the rule names each "
+        "model, with each model (at its fit to these pairs, or Δφ alone at the paper's sizes) as the truth; "
+        "coverage: the true model's intervals holding the true values."
     )
-    return [intro, per_r, models, calibration, note]
+    details = Bullets([design_text(e)] + ([shape_text(e)] if e["trend"] is not None else []))
+    return [intro, details, per_r, per_width, models, calibration, note]
 
 
 def effects_figure(doc: dict, stem: Path) -> Path:
@@ -226,7 +251,9 @@ def effects_figure(doc: dict, stem: Path) -> Path:
                 label=f"pairs at C = {flops_label(c)}")  # fmt: skip
     styles = {"tokens only": ("gray", ":"), "delta phi": ("tab:red", "--"), "offset": ("tab:blue", "-."),
               "offset + delta phi": ("tab:purple", "-")}  # fmt: skip
-    for name, (color, ls) in styles.items():
+    shown = [name for name in e["models"] if name in styles or name == e["chosen"]]
+    for name in shown:
+        color, ls = styles.get(name, ("tab:green", "-"))
         y = [e["per_r"][str(r)]["predicted"][name] for r in rs]
         width = 2.6 if name == e["chosen"] else 1.3
         ax.plot(rs, y, ls, color=color, lw=width, label=f"model: {name}" + (" (chosen)" if name == e["chosen"]

@@ -231,16 +231,17 @@ def effect_cell(compare_doc: dict) -> str:
     if not e:
         d = compare_doc["delta_phi"]
         return f"Δφ {d['estimate']:+.3f}{ci(d.get('ci'))} (shared fit)"
-    models, chosen = e["models"], e["chosen"]
+    models, chosen, terms = e["models"], e["chosen"], e["chosen_terms"]
     phi = models["delta phi"]
-    if chosen == "offset":
-        m = models["offset"]
-        return f"offset {m['offset']:+.3f} nats{ci(m['ci']['offset'])}, not Δφ"
-    if chosen == "offset + delta phi":
-        m = models[chosen]
-        return (
-            f"offset {m['offset']:+.3f} nats{ci(m['ci']['offset'])} and Δφ {m['delta_phi']:+.3f}"
-            f"{ci(m['ci']['delta_phi'])}"
-        )
-    label = {"tokens only": " (tokens only)", "delta phi": ""}.get(chosen, f" ({chosen})")
-    return f"Δφ {phi['delta_phi']:+.3f}{ci(phi['ci']['delta_phi'])}{label}"
+    varies = e["trend"] is not None and e["trend"]["varies"]
+    if not terms:
+        label = " (tokens only)" if chosen == "tokens only" else f" ({chosen})"
+        shape = ", excess left varies with width" if varies else ""
+        return f"Δφ {phi['delta_phi']:+.3f}{ci(phi['ci']['delta_phi'])}{label}{shape}"
+    m = models[chosen]
+    names = {"every": "every model", "offset": "offset (looped)", "delta_phi": "Δφ"}
+    units = {"every": " nats", "offset": " nats", "delta_phi": ""}
+    cell = " and ".join(f"{names[t]} {m[t]:+.3f}{units[t]}{ci(m['ci'][t])}" for t in terms)
+    if varies:
+        cell += ", not one constant: varies with width"
+    return cell + ("" if "delta_phi" in terms else ", not Δφ")
