@@ -230,3 +230,24 @@ def test_a_clear_interval_settles_at_the_requested_count(monkeypatch):
     monkeypatch.setattr(compare, "bootstrap_shared", _fake_bootstrap(0.2, calls))
     out = delta_phi_shared(arms, "paper", restarts=60, resamples=100, bootstrap_restarts=3, seed=0)
     assert calls == [100] and out["mc_settled"] and out["resolved"] and out["resamples"] == 100
+
+
+def test_per_budget_delta_phi_is_refused_where_a_budget_has_no_more_runs_than_free_parameters():
+    """Issue 44: 3 runs at a budget (an r = 1 anchor, a base and a variant looped run) for A, B, φ, Δφ:
+    nothing is identified there, so no Δφ and no interval is printed, and the reason is given."""
+    base, variant = _arms_rows(0.1, 0.002, seed=3)
+    full_base, full_variant = load_table(base), load_table(variant)
+    arms = make_arms(full_base, full_variant)
+    out = delta_phi_shared(arms, "paper", restarts=30, resamples=0, bootstrap_restarts=3, seed=0)
+    thin = []
+    for c in sorted(FOUR):
+        at = [r for r in base if r["budget"] == c]
+        thin += [next(r for r in at if r["r"] == 1), next(r for r in at if r["r"] > 1)]
+    looped = [next(r for r in variant if r["budget"] == c and r["r"] > 1) for c in sorted(FOUR)]
+    small = make_arms(load_table(thin), load_table(looped))
+    rows = per_budget(small, shared_model(small, "paper"), np.array(out["theta"]), resamples=20)
+    assert all(r["delta_phi"] is None and r["ci"] is None for r in rows)
+    assert all("3 runs for 4 free parameters" in r["reason"] for r in rows)
+    full = per_budget(arms, shared_model(arms, "paper"), np.array(out["theta"]), resamples=20)
+    for r in full:  # where an interval is printed it holds its own estimate and has width
+        assert r["ci"] is None or r["ci"][0] < r["delta_phi"] < r["ci"][1]
