@@ -100,8 +100,12 @@ def test_design_reuse_writes_a_variant_spec_with_the_base_seeds(tmp_path, capsys
 
 
 def test_demo_and_design_refuse_bad_input(tmp_path, capsys):
-    assert main(["demo", "--pairs", "3", "--out", str(tmp_path / "d")]) == 2
-    assert "at least 4" in capsys.readouterr().err
+    assert main(["demo", "--max-hours", "0.05", "--out", str(tmp_path / "d")]) == 2
+    assert "at least 4 pairs are needed" in capsys.readouterr().err  # 0.05 h buys 2 of the cells
+    assert not (tmp_path / "d").exists()  # refused before anything is written
+    out = str(tmp_path / "p")
+    assert main(["price", "parcae", "--reuse", str(BASE), "--alpha", "0.7", "--out", out]) == 2
+    assert "--alpha must be below 0.5" in capsys.readouterr().err
     assert main(["demo", "--base", str(tmp_path / "none"), "--out", str(tmp_path / "d")]) == 2
     assert "not found" in capsys.readouterr().err
     assert main(["design", "--reuse", str(BASE), "--delta-phi", "-1"]) == 2

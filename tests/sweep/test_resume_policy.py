@@ -101,7 +101,7 @@ def test_a_failed_bookkeeping_write_fails_that_run_and_the_sweep_goes_on(tmp_pat
 
 
 def test_a_second_sweep_with_nothing_left_says_so_plainly(tiny_dataset, tmp_path, capsys):
-    from loopscale.cli.sweep import _exit_code
+    from loopscale.sweep.runner import exit_code as _exit_code
 
     assert _exit_code({"a": "ok", "b": "busy"}) == 0
     err = capsys.readouterr().err

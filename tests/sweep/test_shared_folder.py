@@ -10,9 +10,9 @@ import re
 from types import SimpleNamespace
 
 from loopscale.cli import main
-from loopscale.cli.sweep import _exit_code
 from loopscale.sweep import executors
 from loopscale.sweep.rundir import run_dir
+from loopscale.sweep.runner import exit_code as _exit_code
 
 from .helpers import write_spec
 

@@ -18,7 +18,7 @@ from loopscale import __version__
 from loopscale.errors import UserError
 
 # Modules under loopscale.cli, each with register(subparsers); their order is the --help order.
-AREAS = ("describe", "data", "train", "sweep", "fit", "design", "eval", "export")
+AREAS = ("describe", "data", "train", "sweep", "fit", "design", "price", "eval", "export")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 ALIASES = {("eval", "prepare"): "eval-prepare"}
 # Commands that an interrupt leaves resumable by running them again as they were typed (each skips what is
 # done); `train` and `sweep` print their own resume command.
-RESUMED_BY_RERUN = ("lr-sweep", "eval-sweep", "demo")
+RESUMED_BY_RERUN = ("lr-sweep", "eval-sweep", "demo", "price")
 
 
 def main(argv: list[str] | None = None) -> int:

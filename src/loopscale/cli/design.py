@@ -15,6 +15,7 @@ import dataclasses
 from pathlib import Path
 
 from loopscale.errors import UserError
+from loopscale.recipes import RECIPES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -173,7 +174,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--recipe",
-        choices=["hyperconnections", "truncated-bptt"],
+        choices=sorted(RECIPES),
         default="hyperconnections",
         help="with --reuse: the recipe of the variant spec --out writes (default hyperconnections)",
     )

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 from loopscale.errors import UserError
+from loopscale.recipes import RECIPES
+from loopscale.sweep.runner import check_counts, exit_code, run_sweep, with_data
 
 DEFAULT_DEMO_OUT = Path("runs/demo")
 FIT_RESTARTS, FIT_BOOTSTRAP = 500, 200  # the fit effort of `loopscale report`
@@ -135,7 +137,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--widths", type=int, nargs="+", required=True, help="widths (d_model) to calibrate at")
     p.add_argument("--rs", type=int, nargs="+", default=[1, 4], help="loop counts (default: 1 4)")
     p.add_argument(
-        "--multipliers", type=float, nargs="+", default=[0.5, 1.0, 2.0, 4.0],
+        "--multipliers",
+        type=float,
+        nargs="+",
+        default=[0.5, 1.0, 2.0, 4.0],
         help="factors on every base LR (default: 0.5 1 2 4)",
     )
     p.add_argument("--ref-width", type=int, help="re-anchor the LR transfer rules at this width")
@@ -147,8 +152,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "demo",
         help="measure a recipe's effect on 2 CPU cores (the README's demo section gives its measured time): "
-        "pick the cells of the published laptop-factorial base that best tell a change of phi from an "
-        "offset, train the variant there (seed-matched), and end with the effect and its interval",
+        "`loopscale price` against the published laptop-factorial base, capped to minutes",
     )
     p.add_argument(
         "--base",
@@ -158,11 +162,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--recipe",
-        choices=["hyperconnections", "truncated-bptt"],
+        choices=sorted(RECIPES),
         default="hyperconnections",
         help="the recipe change to measure (default hyperconnections)",
     )
-    p.add_argument("--pairs", type=int, default=4, help="variant runs to train (default 4; at least 4)")
+    p.add_argument(
+        "--max-hours", type=float, default=0.1, help="wall hours of training at most (default 0.1: 4 pairs)"
+    )
     p.add_argument(
         "--out", type=Path, default=DEFAULT_DEMO_OUT, help=f"sweep folder (default {DEFAULT_DEMO_OUT})"
     )
@@ -192,7 +198,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     spec = _load(args)
     if spec is None:
         raise UserError("give a SPEC file or --preset NAME")
-    _check_counts(args.workers, None)
+    check_counts(args.workers, None)
     runs = plan_sweep(spec)
     check_runnable(spec, runs, data=False)
     workers = args.workers or default_layout(spec, runs).workers
@@ -200,120 +206,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _with_data(spec, data: str | None):
-    if data is None:
-        return spec
-    from loopscale.config import replace
-
-    train = dict(spec.train)
-    train["data"] = {**(train.get("data") or {}), "path": str(data)}
-    return replace(spec, train=train)
-
-
-def _threads(workers: int, threads: int | None) -> int | None:
-    import os
-
-    if threads is not None:
-        return threads
-    return max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None
-
-
-def _check_counts(workers: int | None, threads: int | None) -> None:
-    if workers is not None and workers < 1:
-        raise UserError(f"--workers must be >= 1, got {workers}")
-    if threads is not None and threads < 1:
-        raise UserError(f"--threads must be >= 1, got {threads}")
-
-
-def run_sweep(
-    spec,
-    out: Path,
-    *,
-    executor: str = "local",
-    workers: int | None = None,
-    threads: int | None = None,
-    slurm=None,
-) -> dict[str, str]:
-    """Create or resume sweep folder ``out`` and run every unfinished run; returns {run: status}.
-
-    Every input is checked before anything is written. A local sweep records its thread policy
-    (``executor.json``: workers and threads per run) on its first start and reuses it on resume unless
-    ``workers`` / ``threads`` are given; another thread count is allowed but not bit-identical (a note says
-    so), since the count changes the floating-point reduction order of every run.
-    """
-    from loopscale.io import atomic_write_json, check_output, claim_folder
-    from loopscale.sweep.executors import run_local, run_slurm
-    from loopscale.sweep.rundir import POLICY_FILE, init_sweep, open_sweep, read_policy, run_state
-
-    out = Path(out)
-    _check_counts(workers, threads)
-    check_output(out, "--out", folder=True, kind="sweep", deep=True)
-    if spec is None:
-        spec, _ = open_sweep(out)
-    recorded = read_policy(out)
-    runs = init_sweep(spec, out)
-    claim_folder(out, "sweep")  # marked once init_sweep validated every run and wrote sweep.yaml
-    if executor == "slurm":
-        return run_slurm(out, runs, slurm, nproc=spec.nproc)
-    override = False
-    if recorded is None:
-        if workers is None and threads is None:
-            from loopscale.sweep.plan import default_layout
-
-            todo = [run for run in runs if run_state(out, run.name).status != "ok"]
-            layout = default_layout(spec, todo)
-            workers, threads = layout.workers, layout.threads
-            print(f"loopscale sweep: layout: {layout.why} (--workers / --threads change it)", file=sys.stderr)
-        else:
-            workers = workers or 1
-            threads = _threads(workers, threads)
-        atomic_write_json(out / POLICY_FILE, {"workers": workers, "threads": threads})
-    else:
-        workers = workers or recorded.get("workers") or 1
-        if threads is None:
-            threads = recorded.get("threads")
-        elif threads != recorded.get("threads"):
-            override = True
-            started = recorded.get("threads") or "default number of"
-            print(
-                f"loopscale sweep: note: --threads {threads} differs from the {started} thread(s) per run "
-                "this sweep started with; resumed runs will not be bit-identical to an uninterrupted sweep",
-                file=sys.stderr,
-            )
-    return run_local(
-        out, runs, workers=workers, nproc=spec.nproc, threads=threads, override_threads=override
-    )
-
-
-def _exit_code(statuses: dict[str, str]) -> int:
-    """0 when every run finished ok, or when every run is ok or running in another sweep process on this
-    folder (this one has nothing left to do); 3 when some failed or did not finish (stopped, cancelled)."""
-    busy = sorted(name for name, s in statuses.items() if s == "busy")
-    if busy and all(s in ("ok", "busy") for s in statuses.values()):
-        print(
-            f"nothing left to run here: {len(statuses) - len(busy)} run(s) done, {len(busy)} running in "
-            f"another sweep process on this folder, which finishes them: {', '.join(busy)}",
-            file=sys.stderr,
-        )
-        return 0
-    code = 0
-    for status, what in (
-        ("failed", "failed"),
-        ("pending", "did not finish (rerun to resume)"),
-        ("busy", "are running in another sweep process on this folder"),
-    ):
-        names = sorted(name for name, s in statuses.items() if s == status)
-        if names:
-            print(f"{len(names)} run(s) {what}: {', '.join(names)} (reasons in results.csv)", file=sys.stderr)
-            code = 3
-    return code
-
-
 def cmd_sweep(args: argparse.Namespace) -> int:
     from loopscale.sweep.collect import collect
     from loopscale.sweep.executors import SlurmOptions
 
-    spec = _with_data(_load(args), args.data) if (args.spec or args.preset) else None
+    spec = with_data(_load(args), args.data) if (args.spec or args.preset) else None
     if spec is None and args.data:
         raise UserError("--data applies to a new sweep; a resumed sweep keeps the data of its sweep.yaml")
     slurm = SlurmOptions(
@@ -341,7 +238,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     rows, csv_path, _ = collect(args.out)
     print(f"results: {csv_path}")
     print(_machine_line(rows))
-    return _exit_code(statuses)
+    return exit_code(statuses)
 
 
 def _machine_line(rows: list[dict]) -> str:
@@ -366,9 +263,9 @@ def cmd_lr_sweep(args: argparse.Namespace) -> int:
     from loopscale.sweep.lr import CALIBRATION_FILE, base_optim, calibrate, format_calibration, lr_sweep_spec
     from loopscale.sweep.rundir import SPEC_FILE
 
-    _check_counts(args.workers, args.threads)
+    check_counts(args.workers, args.threads)
     check_output(args.out, "--out", folder=True, kind="sweep")
-    base = _with_data(_load(args), args.data)
+    base = with_data(_load(args), args.data)
     if base is None:
         raise UserError("give the base sweep: a SPEC file or --preset NAME")
     spec = lr_sweep_spec(
@@ -388,7 +285,7 @@ def cmd_lr_sweep(args: argparse.Namespace) -> int:
     atomic_write_json(args.out / CALIBRATION_FILE, result)
     print(format_calibration(result))
     print(f"wrote {args.out / CALIBRATION_FILE}")
-    return _exit_code(statuses)
+    return exit_code(statuses)
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
@@ -433,58 +330,16 @@ def _write_report(sweep_dir: Path, out: Path, args: argparse.Namespace):
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Reuse the published base, train the variant at the cells ``design.paired`` picks, and end with the
-    matched-pair effect (``fit.effects``) and its interval; writes sweep results, effects.json and the
-    loss-change figure into ``--out``."""
+    """``loopscale price`` on one recipe against the published base, capped to minutes (the README's demo):
+    writes the variant's sweep, price.json, the loss-change figure and report.md into ``--out``."""
+    from loopscale.analysis.price import PriceSettings, price
     from loopscale.cli import require_input
-    from loopscale.io import check_output
 
-    _check_counts(args.workers, None)
-    if args.pairs < 4:
-        raise UserError(f"--pairs must be at least 4 (two effects and their tests need them): {args.pairs}")
-    check_output(args.out, "--out", folder=True, kind="sweep")
-    check_output(args.data_root, "--data-root", folder=True, kind="data")
+    check_counts(args.workers, None)
     require_input(args.base, "--base sweep (run the demo from the repository root)", folder=True)
-    from loopscale.config import from_dict
-    from loopscale.data import prepare_default
-    from loopscale.design.paired import plan_lines, plan_pairs, variant_spec
-    from loopscale.fit.case_study import effect_sentence, errors_text
-    from loopscale.fit.effects import analyse_pairs
-    from loopscale.fit.table import load_table
-    from loopscale.io import atomic_write_json
-    from loopscale.report.compare import effects_figure
-    from loopscale.sweep.collect import collect
-    from loopscale.sweep.spec import SweepSpec
-
-    name = f"demo-{args.recipe}"
-    plan = plan_pairs(args.base, count=args.pairs, restarts=args.restarts, seed=args.seed)
-    spec = from_dict(SweepSpec, variant_spec(plan, args.recipe, name), "demo spec")
-    print(
-        f"loopscale demo: what does {args.recipe} do to a looped model? The published base {args.base} "
-        f"({len(plan['table'])} runs) is reused as it is; the variant is trained at the cells where a change "
-        "of phi and a constant offset differ most per unit of cost, each with the base run's seed, and each "
-        "pair's loss change is split into what the base law predicts from N and D and the excess"
-    )
-    for line in plan_lines(plan):
-        print(f"  {line}")
-    data = prepare_default(args.data_root, vocab_size=spec.model["vocab_size"], seq_len=spec.model["seq_len"])
-    spec = _with_data(spec, str(data))
-    statuses = run_sweep(spec, args.out, workers=args.workers)
-    rows = [row for row in collect(args.out)[0] if row.get("status") == "ok"]
-    if len(rows) < 4:
-        raise UserError(f"only {len(rows)} variant runs finished; rerun `loopscale demo` to resume")
-    noise = {"sd": plan["sigma_pair"], "cluster_sd": plan["cluster_sd"], "df": plan["noise"]["df"]}
-    effects = analyse_pairs(
-        plan["table"],
-        load_table(rows),
-        plan["fit"],
-        base_resamples=args.bootstrap,
-        seed=args.seed,
-        seed_noise=noise,
-    )
-    doc = {"name": name, "recipe": args.recipe, "base": str(args.base), "effects": effects}
-    atomic_write_json(args.out / "effects.json", doc)
-    figure = effects_figure(doc, args.out / "loss_change_by_r")
-    written = f"{args.out / 'effects.json'}, {figure}"
-    print(f"{name}: {effect_sentence(effects)}; {errors_text(effects)} → {written}")
-    return _exit_code(statuses)
+    settings = PriceSettings(
+        recipe=args.recipe, base=args.base, out=args.out, max_hours=args.max_hours, workers=args.workers or 2,
+        bootstrap=args.bootstrap, restarts=args.restarts, seed=args.seed, data_root=args.data_root,
+    )  # fmt: skip
+    price(settings)
+    return 0

@@ -32,6 +32,7 @@ from loopscale.errors import UserError
 from loopscale.fit.bootstrap import effect_groups
 from loopscale.fit.effect_rule import TEST_LEVEL, known_covariance, known_sandwich
 from loopscale.fit.table import RunTable
+from loopscale.recipes import RECIPES
 
 
 def _variances(g: np.ndarray, cov: np.ndarray) -> tuple[float, float]:
@@ -121,6 +122,7 @@ def pick_pairs(
     beyond, alone = variances(rows)
     return {
         "runs": rows,
+        "order": list(chosen),  # greedy: each cell adds most precision per cost given those before
         "se": math.sqrt(beyond),
         "se_alone": math.sqrt(alone),
         "half_width": quantile * math.sqrt(beyond),
@@ -135,13 +137,6 @@ def power_beyond_offset(delta_phi: float, se: float) -> float:
         return 0.0
     z = float(norm.ppf(1 - TEST_LEVEL / 2))
     return float(norm.cdf(abs(delta_phi) / se - z) + norm.cdf(-abs(delta_phi) / se - z))
-
-
-# The recipes of the paper's two case studies, as the sweep-group keys that make a variant (method §9.11).
-RECIPES = {
-    "hyperconnections": {"model": {"injection": "hyperconnect"}},
-    "truncated-bptt": {"bptt": "ceil_half"},
-}
 
 
 def read_base(folder: Path) -> tuple[RunTable, np.ndarray, dict]:
@@ -196,9 +191,10 @@ def plan_pairs(
             "picked": picked, "spec": spec, "cost_unit": unit}  # fmt: skip
 
 
-def variant_spec(plan: dict, recipe: str, name: str) -> dict:
-    """A sweep spec (mapping) of the variant runs at the picked cells: the base's template, recipe and data,
-    one group per pair so each run keeps the base run's seed."""
+def variant_spec(plan: dict, recipe: str, name: str, runs: list[int] | None = None) -> dict:
+    """A sweep spec (mapping) of the variant runs at the picked cells (``runs``: these rows of the base
+    table instead, in this order): the base's template, recipe and data, one group per pair so each run
+    keeps the base run's seed."""
     if recipe not in RECIPES:
         raise UserError(f"unknown recipe {recipe!r}; choose one of {', '.join(RECIPES)}")
     t, base = plan["table"], plan["spec"]
@@ -210,7 +206,7 @@ def variant_spec(plan: dict, recipe: str, name: str) -> dict:
             "grid": [{"budget": float(t.budget[i]), "widths": [int(t.width[i])]}],
             **RECIPES[recipe],
         }
-        for k, i in enumerate(plan["picked"]["runs"])
+        for k, i in enumerate(plan["picked"]["runs"] if runs is None else runs)
     ]
     keys = ("batch_tokens", "model", "train", "nproc")
     return {"name": name, **{k: base[k] for k in keys if k in base}, "groups": groups}

@@ -77,8 +77,10 @@ DELTA_BOUNDS = (-3.0, 3.0)  # the box of Δφ and Δφ₁, as wide as φ's own
 SHAPE_HELD = (2, 3, 4)  # e, alpha, beta: held at the pooled shared fit for Δφ per budget
 PER_BUDGET_ITER = 200  # descent steps of a per-budget refit (A and B nearly collinear at one budget)
 # Resamples the bootstrap of Δφ may grow to (doubling) while the CI end nearest 0 holds 0 within its Monte
-# Carlo range: a verdict that another seed or resample count could flip is not given.
-MAX_RESAMPLES = 6400
+# Carlo range: a verdict that another seed or resample count could flip is not given. One doubling at most:
+# the shared fit is the secondary estimate (the pairs lead), and growing it to 6,400 took 10 min 43 s on one
+# arm (issue 41); a table still on the edge at 400 is "not resolved, on the edge".
+MAX_RESAMPLES = 400
 PAPER_EFFECTS = {"truncated BPTT": -0.073, "hyperconnections": 0.193}  # method §9.11: 0.453 → 0.380 / 0.646
 
 

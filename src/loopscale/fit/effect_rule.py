@@ -120,9 +120,9 @@ def least_squares(y: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return beta, y - np.einsum("...ni,...i->...n", x, beta)
 
 
-def t_critical(df: int) -> float:
-    """t(df)'s two-sided ``TEST_LEVEL`` quantile: the critical value of |t| where nothing is simulated."""
-    return float(t_dist.ppf(1 - TEST_LEVEL / 2, max(df, 1)))
+def t_critical(df: int, level: float = TEST_LEVEL) -> float:
+    """t(df)'s two-sided ``level`` quantile: the critical value of |t| where nothing is simulated."""
+    return float(t_dist.ppf(1 - level / 2, max(df, 1)))
 
 
 def term_p(statistic: float, null: np.ndarray) -> float:
@@ -207,6 +207,7 @@ class Rule:
     p-values)."""
 
     available: tuple[str, ...]  # the terms this design can tell apart
+    level: float  # each test's size (``TEST_LEVEL``, or a look's share of it in a sequential plan)
     any: float
     term: dict[tuple[str, ...], dict[str, float]]
     null: dict[str, np.ndarray]
@@ -252,12 +253,17 @@ def null_truths(model: tuple[str, ...], term: str, fitted: dict[tuple[str, ...],
 
 
 def calibrate_rule(
-    sim: Simulator, available: tuple[str, ...], fitted: dict, count: int, rng: np.random.Generator
+    sim: Simulator,
+    available: tuple[str, ...],
+    fitted: dict,
+    count: int,
+    rng: np.random.Generator,
+    size: float = TEST_LEVEL,
 ) -> Rule:
-    """Critical values (``Rule``) from ``count`` tables simulated under each null: no excess for the F
-    ratio; for each term of each submodel of ``available``, every truth of ``null_truths`` (the largest
-    quantile)."""
-    level = 1 - TEST_LEVEL
+    """Critical values (``Rule``) of tests of size ``size`` from ``count`` tables simulated under each null:
+    no excess for the F ratio; for each term of each submodel of ``available``, every truth of
+    ``null_truths`` (the largest quantile)."""
+    level = 1 - size
     change, pick = sim.tables({}, count, rng)
     null = {"any": sim.any_excess(available, change - sim.token_draws[pick], sim.slope_draws[pick])}
     crit: dict[tuple[str, ...], dict[str, float]] = {}
@@ -275,7 +281,7 @@ def calibrate_rule(
             crit[m][term] = best
             if m == available:
                 null[term] = values
-    return Rule(available, float(np.quantile(null["any"], level)), crit, null)
+    return Rule(available, size, float(np.quantile(null["any"], level)), crit, null)
 
 
 def run_rule(sim: Simulator, rule: Rule, change: np.ndarray, pick: np.ndarray) -> tuple[np.ndarray, dict]:

@@ -326,6 +326,7 @@ def analyse_pairs(
     simulations: int = SIMULATIONS,
     seed: int = 0,
     seed_noise: dict | None = None,
+    size: float = TEST_LEVEL,
 ) -> dict:
     """Effect models of the variant's loss change (module docstring) → a JSON-ready document: pairs, per-r
     and per-width means, what the design can separate, every model's fit and intervals, the tests, the
@@ -334,7 +335,8 @@ def analyse_pairs(
     ``seed_noise`` {"sd": a pair's iid error sd, "cluster_sd": an (r, width) cluster sd (nats), "df": the
     degrees of freedom of sd} (a few pairs, too few clusters for a cluster-robust variance: the demo):
     errors are taken to have that known covariance in the intervals (t on ``df``), the tests and the
-    simulations, and the document says so (``errors``)."""
+    simulations, and the document says so (``errors``). ``size``: each test's size (the intervals are at
+    1 − ``size``): ``TEST_LEVEL``, or a look's share of it in a sequential plan (``design.sequential``)."""
     pairs = match_pairs(base_table, variant_table)
     law = base_law(fit, base_table, pairs, base_resamples, seed)
     change, looped = pairs.change, pairs.looped
@@ -376,7 +378,7 @@ def analyse_pairs(
     )
     rng = np.random.default_rng(seed + 11)
     coefs = {m: {t: fits[m][t] for t in m} for m in submodels(terms)}
-    rule = calibrate_rule(sim, available, coefs, simulations, rng)
+    rule = calibrate_rule(sim, available, coefs, simulations, rng, size)
     cluster_excess = np.abs(np.bincount(pairs.cluster, weights=excess) / np.bincount(pairs.cluster)).max()
     for m, f in fits.items():
         _intervals(f, m, excess, change, law, pairs, known, rule, t_df, token_draws)
@@ -448,7 +450,7 @@ def analyse_pairs(
         "predicted_shift": predicted_shifts(pairs, law, {model_name(m): f for m, f in fits.items()}),
         "simulations": simulations,
         "t_df": t_df,
-        "ci_level": 1 - TEST_LEVEL,
+        "ci_level": 1 - size,
     }
 
 
@@ -479,7 +481,7 @@ def _intervals(
     base_var = spread.var(axis=0, ddof=1) if len(spread) > 1 else np.zeros(len(m))
     for j, t in enumerate(m):
         se = math.sqrt(cov[j, j] + base_var[j])
-        c = rule.term.get(m, {}).get(t, t_critical(t_df))
+        c = rule.term.get(m, {}).get(t, t_critical(t_df, rule.level))
         f["estimate"][t], f["se"][t], f["critical"][t] = f[t], se, c
         f["se_pairs"][t], f["se_base_law"][t] = math.sqrt(cov[j, j]), math.sqrt(base_var[j])
         f["ci"][t] = [f[t] - c * se, f[t] + c * se]
@@ -564,6 +566,29 @@ def _per_width(pairs: Pairs, change, excess) -> list[dict]:
                     }
                 )
     return rows
+
+
+def pooled_cluster_sd(
+    base_table: RunTable, variant_table: RunTable, fit: LawFit, prior_sd: float, prior_df: float
+) -> dict:
+    """The pairs' (r, width) cluster sd (nats) learnt from the pairs run so far with ``prior_sd`` (the base
+    law's own misfit per (r, width)) as a prior worth ``prior_df`` clusters: τ² = (ν₀τ₀² + ν·τ̂²)/(ν₀ + ν),
+    τ̂² the moment estimate from the residuals of ``offset + delta phi`` (``offset`` with one looped r) and
+    ν = G − 1 where the clusters hold replicate pairs to tell a cluster from an iid error (else 0: the prior
+    alone). → {"cluster_sd", "estimate" (None where ν = 0), "df", "prior_sd", "prior_df"}."""
+    pairs = match_pairs(base_table, variant_table)
+    law = base_law(fit, base_table, pairs, 0, 0)
+    excess = pairs.change - law.token_part(law.theta)[0]
+    slope = law.phi_slope(law.theta)[0]
+    columns = [np.ones(len(excess))] + ([slope] if separability(pairs, slope)["separable"] else [])
+    x = np.column_stack(columns)
+    resid = excess - x @ np.linalg.lstsq(x, excess, rcond=None)[0]
+    groups = len(pairs.cluster_keys)
+    df = groups - 1 if len(pairs) > groups else 0
+    estimate = noise_components(resid, pairs.cluster, x.shape[1])["cluster"] if df else None
+    pooled = (prior_df * prior_sd**2 + (df * estimate if df else 0.0)) / (prior_df + df)
+    return {"cluster_sd": math.sqrt(pooled), "estimate": None if estimate is None else math.sqrt(estimate),
+            "df": df, "prior_sd": prior_sd, "prior_df": prior_df}  # fmt: skip
 
 
 def with_base_fit(base_table: RunTable, form: str, restarts: int, seed: int) -> LawFit:

@@ -66,7 +66,7 @@ def _section(doc: dict, arms_figure: Path) -> Section:
     if story:
         blocks.append(story[0].upper() + story[1:] + ".")
     if doc.get("effects"):
-        blocks += _effect_blocks(doc["effects"])
+        blocks += effect_blocks(doc["effects"])
     items = [
         f"Shared-nuisance estimate ({d['form']} form, {d['n_runs']} runs): Δφ = {d['estimate']:+.3f} "
         + (
@@ -142,7 +142,7 @@ def _section(doc: dict, arms_figure: Path) -> Section:
     return Section(f"Case study: {doc['name']} against its base", blocks)
 
 
-def _effect_blocks(e: dict) -> list:
+def effect_blocks(e: dict) -> list:
     """The matched-pair analysis: per r, the effect models, the tests, the shape left and the rule's
     calibration."""
     intro = (

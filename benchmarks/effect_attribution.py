@@ -1,0 +1,99 @@
+"""Does the pairs' rule name only what its own intervals support, and name the right effect? (issues 43, 44)
+
+Variant arms are built from the published base (``results/laptop-factorial``): every looped run of the base,
+re-trained under another name, with a known effect added to the base run's own loss plus pair noise (iid sd
+``--iid``, an (r, width) group sd ``--group``, both in nats):
+
+- ``none``: no effect;
+- ``offset``: a constant −0.06 nats on every looped model;
+- ``delta phi ±0.15``: L̂(φ ± 0.15) − L̂(φ) under the base's e-per-r fit at the run;
+- ``every model``: +0.03 nats on every run, r = 1 included (the variant re-trains the r = 1 runs too).
+
+Each arm goes through ``fit.effects.analyse_pairs`` exactly as ``loopscale compare`` runs it. Printed per
+effect: the share of arms naming each model, wrong attribution (a term named that the truth lacks), and
+**disagreement**: a named term whose printed interval holds 0 (the goal: none).
+
+    python benchmarks/effect_attribution.py --arms 10 --out results/law-check/effect-attribution.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from pathlib import Path
+
+import numpy as np
+
+from loopscale.fit import load_table
+from loopscale.fit.effects import BaseLaw, analyse_pairs, with_base_fit
+from loopscale.fit.fitter import design_for
+from loopscale.fit.table import RunTable
+from loopscale.io import atomic_write_json
+
+ROOT = Path(__file__).resolve().parents[1]
+EFFECTS = {
+    "none": {},
+    "offset": {"offset": -0.06},
+    "delta phi +0.15": {"delta_phi": 0.15},
+    "delta phi -0.15": {"delta_phi": -0.15},
+    "every model": {"every": 0.03},
+}
+
+
+def variant_arm(base: RunTable, fit, effect: dict, iid: float, group: float, seed: int) -> RunTable:
+    """The base's looped runs (and its r = 1 runs where the effect touches every model) under new names,
+    with ``effect`` and pair noise added to the base run's own loss (nats)."""
+    rng = np.random.default_rng(seed)
+    runs = base if "every" in effect else base.subset(base.r > 1)
+    keys = sorted({(int(r), float(w)) for r, w in zip(runs.r, runs.width)})
+    shift = dict(zip(keys, rng.normal(0.0, group, len(keys))))
+    loss = runs.loss + rng.normal(0.0, iid, len(runs))
+    loss += np.array([shift[(int(r), float(w))] for r, w in zip(runs.r, runs.width)])
+    loss += effect.get("every", 0.0) + effect.get("offset", 0.0) * (runs.r > 1)
+    if "delta_phi" in effect:
+        design = design_for(runs, False, fit.extension, fit.ext_ref)
+        law = BaseLaw(fit.theta, fit.theta[None], design, design, fit.law_form)
+        loss += law.phi_effect(fit.theta, effect["delta_phi"])[0]
+    return dataclasses.replace(runs, run=np.array([f"v-{r}" for r in runs.run]), loss=loss)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--arms", type=int, default=10, help="arms per effect")
+    parser.add_argument("--iid", type=float, default=0.015)
+    parser.add_argument("--group", type=float, default=0.005)
+    parser.add_argument("--resamples", type=int, default=200)
+    parser.add_argument("--simulations", type=int, default=2000)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    base = load_table(ROOT / "results" / "laptop-factorial" / "results.csv")
+    fit = with_base_fit(base, "e-per-r", 100, 0)
+    out: dict = {"settings": vars(args) | {"out": str(args.out)}, "effects": {}}
+    start = time.perf_counter()
+    for label, effect in EFFECTS.items():
+        chosen, wrong, disagree = [], 0, 0
+        for seed in range(args.arms):
+            variant = variant_arm(base, fit, effect, args.iid, args.group, seed)
+            doc = analyse_pairs(
+                base, variant, fit, base_resamples=args.resamples, simulations=args.simulations, seed=seed
+            )
+            chosen.append(doc["chosen"])
+            terms = doc["chosen_terms"]
+            wrong += any(t not in effect for t in terms)
+            model = doc["models"].get(doc["chosen"], {})
+            disagree += any(model["ci"][t][0] <= 0 <= model["ci"][t][1] for t in terms)
+        shares = {m: chosen.count(m) / len(chosen) for m in sorted(set(chosen))}
+        out["effects"][label] = {"chosen": shares, "wrong_attribution": wrong / args.arms,
+                                 "disagreement": disagree / args.arms}  # fmt: skip
+        print(
+            f"{label:16s} chosen {shares}  wrong attribution {wrong}/{args.arms}  named with an interval "
+            f"holding 0 {disagree}/{args.arms}  ({time.perf_counter() - start:.0f} s)",
+            flush=True,
+        )
+        if args.out:
+            atomic_write_json(args.out, out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,211 @@
+"""``loopscale price RECIPE --reuse BASE``: what a recipe does to looped models, from seed-matched pairs
+trained in batches against a published base, re-read after every batch, stopping honestly (issue 41).
+
+1. **Plan.** The base's looped cells in the order ``design.paired.pick_pairs`` adds them (most precision of
+   Δφ beyond an offset per unit of the base run's measured wall time), cut where the training would pass
+   the hour cap (single-thread seconds / workers). At least 4 pairs must fit.
+2. **Looks.** After the first 4 pairs, then after every ``batch`` more: the variant runs of the cells so
+   far are trained (a sweep folder that grows by one group per pair, each with the base run's seed; a rerun
+   resumes it and replays the looks), collected, and analysed (``fit.effects.analyse_pairs``) at this
+   look's test size from ``design.sequential`` (α spent by information fraction, so looking after every
+   batch does not inflate false attribution).
+3. **Noise.** A pair's iid sd is the base's seed noise (√2·σ_seed, its replicate df); the (r, width) sd is
+   learnt from the pairs so far with the base law's own misfit as a prior worth ``prior_df`` clusters
+   (``fit.effects.pooled_cluster_sd``), so a recipe whose pairs agree closely is not priced at the
+   worst-case noise of the base.
+4. **Stop** when the rule names an effect (decided), when Δφ's half-width reaches ``target`` (precise), or
+   at the plan's last look (the hour cap or the cells ran out).
+
+Writes ``price.json`` (settings, plan, every look, the last look's effect document) after every look and
+``loss_change_by_r`` / ``report.md`` at the end; the sweep's own files hold the runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from loopscale.design.paired import plan_pairs, read_base, variant_spec
+from loopscale.design.sequential import look_counts, look_sizes, simulations_for, spent
+from loopscale.errors import UserError
+from loopscale.fit.effect_rule import TEST_LEVEL
+from loopscale.fit.effects import analyse_pairs, pooled_cluster_sd
+from loopscale.recipes import RECIPES
+
+PRICE_FILE = "price.json"
+MIN_PAIRS = 4
+
+
+@dataclass(frozen=True)
+class PriceSettings:
+    """What ``price`` does. Hours are wall hours of training on ``workers`` single-thread workers."""
+
+    recipe: str
+    base: Path
+    out: Path
+    target: float | None = None  # stop once Δφ's half-width is this small (units of φ)
+    max_hours: float = 1.0
+    batch: int = 2
+    workers: int = 2
+    alpha: float = TEST_LEVEL
+    bootstrap: int = 200  # base-law bootstrap draws per look
+    restarts: int = 200
+    prior_df: float = 2.0  # the base law's misfit as a prior on the pairs' (r, width) sd, worth this many
+    seed: int = 0
+    data_root: Path = Path("data")
+
+    def validate(self) -> None:
+        if self.recipe not in RECIPES:
+            raise UserError(f"unknown recipe {self.recipe!r}; choose one of {', '.join(RECIPES)}")
+        for name in ("max_hours", "alpha", "prior_df"):
+            if not getattr(self, name) > 0:
+                raise UserError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if not self.alpha < 0.5:
+            raise UserError(f"--alpha must be below 0.5, got {self.alpha}")
+        if self.target is not None and not self.target > 0:
+            raise UserError(f"--target must be a positive half-width of delta phi, got {self.target}")
+        for name in ("batch", "workers"):
+            if getattr(self, name) < 1:
+                raise UserError(f"--{name} must be at least 1, got {getattr(self, name)}")
+        if self.bootstrap < 2:
+            raise UserError(f"--bootstrap must be at least 2, got {self.bootstrap}")
+
+
+def plan_price(settings: PriceSettings) -> dict:
+    """The base's law and noise (``plan_pairs``), every looped cell in greedy order, how many fit the hour
+    cap, the looks and their sizes → a plan dict ("pairs": {"order", "most", "counts", "sizes", "hours"})."""
+    table, cost, _ = read_base(settings.base)
+    looped = int((table.r > 1).sum())
+    plan = plan_pairs(settings.base, count=looped, restarts=settings.restarts, seed=settings.seed)
+    order = plan["picked"]["order"]
+    hours = np.cumsum(cost[order]) / settings.workers / 3600 if plan["cost_unit"] == "s" else None
+    if hours is None:
+        raise UserError(f"the base {settings.base} records no wall times: the hour cap cannot be priced")
+    most = int(np.searchsorted(hours, settings.max_hours, side="right"))
+    if most < MIN_PAIRS:
+        raise UserError(
+            f"--max-hours {settings.max_hours} buys {most} of the base's {looped} looped cells on "
+            f"{settings.workers} worker(s) (the cheapest {MIN_PAIRS} take {hours[MIN_PAIRS - 1]:.2f} h): "
+            f"at least {MIN_PAIRS} pairs are needed"
+        )
+    counts = look_counts(MIN_PAIRS, settings.batch, most)
+    plan["pairs"] = {
+        "order": order[:most],
+        "most": most,
+        "counts": counts,
+        "sizes": look_sizes(counts, most, settings.alpha),
+        "hours": hours[:most].tolist(),
+    }
+    return plan
+
+
+def _look(settings: PriceSettings, plan: dict, variant, k: int) -> dict:
+    """Analyse the pairs of look ``k`` (0-based) at its size → (look summary, the effect document)."""
+    pairs = plan["pairs"]
+    n, size = pairs["counts"][k], pairs["sizes"][k]
+    pooled = pooled_cluster_sd(plan["table"], variant, plan["fit"], plan["cluster_sd"], settings.prior_df)
+    noise = {"sd": plan["sigma_pair"], "cluster_sd": pooled["cluster_sd"], "df": plan["noise"]["df"]}
+    effects = analyse_pairs(
+        plan["table"],
+        variant,
+        plan["fit"],
+        base_resamples=settings.bootstrap,
+        simulations=simulations_for(size),
+        seed=settings.seed,
+        seed_noise=noise,
+        size=size,
+    )
+    phi = effects["models"]["delta phi"]["ci"].get("delta_phi")
+    half_width = None if phi is None else (phi[1] - phi[0]) / 2
+    decided = bool(effects["chosen_terms"])
+    precise = settings.target is not None and half_width is not None and half_width <= settings.target
+    last = k == len(pairs["counts"]) - 1
+    stop = "decided" if decided else "precise" if precise else "last look" if last else None
+    look = {
+        "look": k + 1,
+        "pairs": n,
+        "size": size,
+        "spent": spent(n / pairs["most"], settings.alpha),
+        "hours_planned": pairs["hours"][n - 1],
+        "chosen": effects["chosen"],
+        "chosen_terms": effects["chosen_terms"],
+        "delta_phi_half_width": half_width,
+        "cluster_sd": pooled,
+        "stop": stop,
+    }
+    return look, effects
+
+
+def price(settings: PriceSettings, echo=print) -> dict:
+    """The whole workflow (module docstring) → price.json's document."""
+    from loopscale.config import from_dict
+    from loopscale.data import prepare_default
+    from loopscale.fit.table import load_table
+    from loopscale.io import atomic_write_json, check_output
+    from loopscale.sweep.collect import collect
+    from loopscale.sweep.runner import run_sweep, with_data
+    from loopscale.sweep.spec import SweepSpec
+
+    settings.validate()
+    check_output(settings.out, "--out", folder=True, kind="sweep")
+    check_output(settings.data_root, "--data-root", folder=True, kind="data")
+    plan = plan_price(settings)
+    pairs = plan["pairs"]
+    name = f"price-{settings.recipe}"
+    echo(
+        f"loopscale price: {settings.recipe} against {settings.base} ({len(plan['table'])} runs): up to "
+        f"{pairs['most']} seed-matched pairs within {settings.max_hours:g} h on {settings.workers} "
+        f"worker(s), looks after {', '.join(map(str, pairs['counts']))} pairs at sizes "
+        + ", ".join(f"{s:.4f}" for s in pairs["sizes"])
+        + f" (alpha {settings.alpha} spent by information fraction)"
+    )
+    data = None
+    base = os.path.relpath(settings.base, settings.out)  # published artefacts hold relative paths
+    doc: dict = {
+        "recipe": settings.recipe,
+        "base": base,
+        "settings": _settings_json(settings),
+        "plan": {k: v for k, v in pairs.items() if k != "order"},
+        "looks": [],
+        "effects": None,
+    }
+    for k, n in enumerate(pairs["counts"]):
+        spec = from_dict(SweepSpec, variant_spec(plan, settings.recipe, name, runs=pairs["order"][:n]), name)
+        if data is None:
+            data = prepare_default(
+                settings.data_root, vocab_size=spec.model["vocab_size"], seq_len=spec.model["seq_len"]
+            )
+        statuses = run_sweep(with_data(spec, str(data)), settings.out, workers=settings.workers)
+        rows = [row for row in collect(settings.out)[0] if row.get("status") == "ok"]
+        if len(rows) < n:
+            failed = sorted(r for r, s in statuses.items() if s != "ok")
+            raise UserError(
+                f"{n - len(rows)} variant run(s) did not finish ({', '.join(failed)}): rerun "
+                "`loopscale price` with the same arguments to resume"
+            )
+        look, effects = _look(settings, plan, load_table(rows), k)
+        doc["looks"].append(look)
+        doc["effects"] = effects
+        atomic_write_json(settings.out / PRICE_FILE, doc)
+        echo(
+            f"  look {k + 1}: {n} pairs at size {look['size']:.4f}: {effects['chosen']}"
+            + (f" -> stop ({look['stop']})" if look["stop"] else "")
+        )
+        if look["stop"]:
+            break
+    from loopscale.report.price import write_price_report
+
+    echo(f"{name}: {write_price_report(doc, settings.out)}")
+    return doc
+
+
+def _settings_json(settings: PriceSettings) -> dict:
+    """The settings as JSON, paths relative to the output folder."""
+    return {
+        k: (os.path.relpath(v, settings.out) if isinstance(v, Path) else v)
+        for k, v in dataclasses.asdict(settings).items()
+    }

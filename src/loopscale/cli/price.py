@@ -1,0 +1,53 @@
+"""``loopscale price RECIPE --reuse BASE``: a recipe's effect on looped models from seed-matched pairs,
+trained in batches against a published base and re-read after each, with a stopping rule that spends α
+over the looks (``loopscale.analysis.price``; docs/fitting.md "Pricing a recipe")."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from loopscale.recipes import RECIPES
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "price",
+        help="price a recipe against a published base from seed-matched pairs, stopping once decided",
+    )
+    p.add_argument("recipe", choices=sorted(RECIPES), help="the recipe change to price")
+    p.add_argument("--reuse", type=Path, required=True, help="the published base sweep folder")
+    p.add_argument(
+        "--out", type=Path, help="the variant's sweep and report folder (default runs/price-RECIPE)"
+    )
+    p.add_argument("--target", type=float, help="stop once delta phi's half-width is this small")
+    p.add_argument("--max-hours", type=float, default=1.0, help="wall hours of training at most (1)")
+    p.add_argument("--batch", type=int, default=2, help="pairs trained between looks after the first 4 (2)")
+    p.add_argument("--workers", type=int, default=2, help="single-thread training workers (2)")
+    p.add_argument("--alpha", type=float, default=0.04, help="each test's size over all looks (0.04)")
+    p.add_argument("--bootstrap", type=int, default=200, help="base-law bootstrap draws per look (200)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data-root", type=Path, default=Path("data"), help="where the default corpus is built")
+    p.set_defaults(func=cmd_price)
+
+
+def cmd_price(args: argparse.Namespace) -> int:
+    from loopscale.analysis.price import PriceSettings, price
+    from loopscale.cli import require_input
+
+    require_input(args.reuse, "--reuse base sweep", folder=True)
+    settings = PriceSettings(
+        recipe=args.recipe,
+        base=args.reuse,
+        out=args.out or Path("runs") / f"price-{args.recipe}",
+        target=args.target,
+        max_hours=args.max_hours,
+        batch=args.batch,
+        workers=args.workers,
+        alpha=args.alpha,
+        bootstrap=args.bootstrap,
+        seed=args.seed,
+        data_root=args.data_root,
+    )
+    price(settings)
+    return 0

@@ -1,0 +1,82 @@
+"""``loopscale price``'s report: the verdict first, the "is it φ?" figure, every look, then the pairs'
+analysis (renders ``price.json``'s document; recomputes nothing)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from loopscale.fit.case_study import effect_sentence, errors_text
+from loopscale.io import atomic_write_text
+from loopscale.report.compare import effect_blocks, effects_figure
+from loopscale.report.document import Document, Image, Section, Table
+from loopscale.report.figures import caption
+
+
+def verdict(doc: dict) -> str:
+    """The price's first line: what the pairs name at the last look, and how the looks ended."""
+    e, last = doc["effects"], doc["looks"][-1]
+    ended = {
+        "decided": "stopped as soon as an effect was named",
+        "precise": "stopped at the target precision of delta phi",
+        "last look": "the plan's last look (hour cap or cells exhausted)",
+    }[last["stop"]]
+    return (
+        f"{doc['recipe']}: {effect_sentence(e)}; {last['pairs']} pairs, look {last['look']} of "
+        f"{len(doc['plan']['counts'])} ({ended}); tests at size {last['size']:.4f} of alpha "
+        f"{doc['settings']['alpha']} spent over the looks, intervals at {100 * e['ci_level']:.1f}%; "
+        f"{errors_text(e)}"
+    )
+
+
+def write_price_report(doc: dict, out: Path) -> Path:
+    """report.md and report.html in ``out`` with the figure beside them → report.md's path."""
+    figure = effects_figure({"name": doc["recipe"], "effects": doc["effects"]}, out / "loss_change_by_r")
+    looks = Table(
+        [
+            "look",
+            "pairs",
+            "size",
+            "alpha spent",
+            "planned hours",
+            "chosen",
+            "delta phi half-width",
+            "(r, width) sd: pooled / from pairs (df)",
+            "stop",
+        ],
+        [
+            [
+                str(k["look"]),
+                str(k["pairs"]),
+                f"{k['size']:.4f}",
+                f"{k['spent']:.4f}",
+                f"{k['hours_planned']:.2f}",
+                k["chosen"],
+                "–" if k["delta_phi_half_width"] is None else f"{k['delta_phi_half_width']:.3f}",
+                f"{k['cluster_sd']['cluster_sd']:.4f} / "
+                + ("–" if k["cluster_sd"]["estimate"] is None else f"{k['cluster_sd']['estimate']:.4f}")
+                + f" ({k['cluster_sd']['df']})",
+                k["stop"] or "",
+            ]
+            for k in doc["looks"]
+        ],
+    )
+    report = Document(
+        title=f"Price of {doc['recipe']} against {doc['base']}",
+        lead=[f"**{verdict(doc)}**"],
+        key_figures=[Image(figure, caption(figure))],
+        sections=[
+            Section(
+                "Looks",
+                [
+                    "Each look analyses the pairs trained so far at its share of alpha (Lan–DeMets, Pocock "
+                    "type), so looking after every batch does not inflate false attribution; a look names an "
+                    "effect only where its interval at 1 − size excludes 0.",
+                    looks,
+                ],
+            ),
+            Section("Is it φ? The pairs at the last look", effect_blocks(doc["effects"])),
+        ],
+    )
+    atomic_write_text(out / "report.md", report.markdown(out))
+    atomic_write_text(out / "report.html", report.html())
+    return out / "report.md"

@@ -1,0 +1,129 @@
+"""``loopscale price``'s honest stopping (design.sequential) and its loop (analysis.price): α spent over the
+looks, the stopping rule in the loop on simulated sequences, and the workflow's looks, stop and files on a
+base whose variant runs are simulated (nothing is trained here)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loopscale.analysis.price import PriceSettings, plan_price, price
+from loopscale.design.sequential import look_counts, look_sizes, simulations_for, spent
+
+BASE = Path(__file__).resolve().parents[2] / "results" / "laptop-factorial"
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 5), st.integers(4, 60), st.floats(0.001, 0.2))
+def test_the_looks_spend_at_most_alpha_and_each_look_gets_a_positive_share(first, batch, extra, alpha):
+    most = first + extra
+    counts = look_counts(first, batch, most)
+    assert counts[0] == first and counts[-1] == most and counts == sorted(set(counts))
+    sizes = look_sizes(counts, most, alpha)
+    assert all(s > 0 for s in sizes)
+    assert math.isclose(sum(sizes), alpha, rel_tol=1e-9)  # all of α by the last look, never more
+    assert spent(0.0, alpha) == 0.0 and spent(1.0, alpha) == pytest.approx(alpha)
+    assert all(simulations_for(s) * s >= 40 for s in sizes)  # every quantile rests on 40 tail tables
+
+
+def test_spending_keeps_false_attribution_down_where_the_full_alpha_at_every_look_does_not():
+    """No effect, 16 planned pairs, looks after 4, 6, …, 16: with α spent the rule names an effect in at
+    most ~5% of sequences; testing at the full α at every look names one more often (optional stopping)."""
+    from loopscale.design.sequential import sequential_calibration
+    from loopscale.fit.effect_rule import Simulator, known_covariance
+
+    r = np.tile([2, 4, 8, 2, 8, 4, 8, 2], 2)
+    width = np.repeat([32.0, 64.0], 8)
+    slope = -np.log(r) * width / 48  # ∂L/∂φ grows with r (and with width): separable from an offset
+    keys = sorted(set(zip(r.tolist(), width.tolist())))
+    cluster = np.array([keys.index(k) for k in zip(r.tolist(), width.tolist())])
+    noise = {"iid": 0.016**2, "cluster": 0.01**2}
+    known = known_covariance(cluster, 0.016, 0.01)
+    sim = Simulator(
+        np.zeros(16), slope, np.zeros((1, 16)), slope[None], np.ones(16, bool), cluster, noise, 12, known
+    )
+    counts = look_counts(4, 2, 16)
+    available = ("offset", "delta_phi")
+    fitted = {m: dict.fromkeys(m, 0.0) for m in (("offset",), ("delta_phi",), available)}
+    rates = {}
+    for name, sizes in (("spent", look_sizes(counts, 16, 0.04)), ("full", [0.04] * len(counts))):
+        out = sequential_calibration(sim, counts, sizes, available, fitted, {}, 400, np.random.default_rng(3))
+        assert out["disagreement"] == 0.0 and out["coverage"] is None
+        rates[name] = out["wrong"]
+    assert rates["spent"] <= 0.065 and rates["full"] > rates["spent"]
+
+
+def _base_rows() -> list[dict]:
+    with open(BASE / "results.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _fake_training(monkeypatch, offset: float, calls: list) -> None:
+    """run_sweep trains nothing; collect returns, for each group of the spec, the base run at its cell with
+    ``offset`` nats added (and the group's name)."""
+    import loopscale.data
+    import loopscale.sweep.collect
+    import loopscale.sweep.runner
+
+    base = _base_rows()
+    specs: dict = {}
+
+    def run_sweep(spec, out, workers=None):
+        Path(out).mkdir(parents=True, exist_ok=True)
+        specs["spec"] = spec
+        calls.append(len(spec.groups))
+        return {g.name: "ok" for g in spec.groups}
+
+    def collect(out):
+        rows = []
+        for g in specs["spec"].groups:
+            cell = (float(g.grid[0].budget), str(g.grid[0].widths[0]), str(g.rs[0]), str(g.seeds[0]))
+            row = next(r for r in base if (float(r["budget"]), r["width"], r["r"], r["seed"]) == cell)
+            rows.append({**row, "run": f"{g.name}_C{row['budget']}", "loss": float(row["loss"]) + offset})
+        return rows, None, None
+
+    monkeypatch.setattr(loopscale.sweep.runner, "run_sweep", run_sweep)
+    monkeypatch.setattr(loopscale.sweep.collect, "collect", collect)
+    monkeypatch.setattr(loopscale.data, "prepare_default", lambda *a, **k: "data/packed/fake")
+
+
+def _settings(tmp_path: Path, **kw) -> PriceSettings:
+    return PriceSettings(recipe="hyperconnections", base=BASE, out=tmp_path / "price", max_hours=0.25,
+                         bootstrap=20, restarts=40, data_root=tmp_path / "data", **kw)  # fmt: skip
+
+
+def test_price_stops_at_the_first_look_that_names_an_effect_and_writes_its_report(tmp_path, monkeypatch):
+    calls: list = []
+    _fake_training(monkeypatch, -0.08, calls)
+    doc = price(_settings(tmp_path), echo=lambda line: None)
+    first = doc["looks"][0]
+    assert len(doc["looks"]) == 1 and first["stop"] == "decided" and first["pairs"] == 4 and calls == [4]
+    assert "offset" in doc["effects"]["chosen_terms"]
+    assert first["size"] < 0.04 and doc["effects"]["ci_level"] == pytest.approx(1 - first["size"])
+    saved = json.loads((tmp_path / "price" / "price.json").read_text())
+    assert saved["looks"] == json.loads(json.dumps(doc["looks"]))
+    assert not Path(saved["base"]).is_absolute() and not Path(saved["settings"]["out"]).is_absolute()
+    report = (tmp_path / "price" / "report.md").read_text()
+    assert report.startswith("# Price of hyperconnections") and "look 1 of 3" in report
+    assert (tmp_path / "price" / "loss_change_by_r.png").is_file()
+
+
+def test_price_without_an_effect_looks_to_the_end_and_names_nothing(tmp_path, monkeypatch):
+    calls: list = []
+    _fake_training(monkeypatch, 0.0, calls)
+    plan = plan_price(_settings(tmp_path))
+    doc = price(_settings(tmp_path), echo=lambda line: None)
+    assert calls == plan["pairs"]["counts"] == [4, 6, 8]
+    assert [k["stop"] for k in doc["looks"]] == [None, None, "last look"]
+    assert doc["effects"]["chosen_terms"] == []
+    assert sum(k["size"] for k in doc["looks"]) == pytest.approx(0.04)
+    pooled = doc["looks"][-1]["cluster_sd"]
+    assert pooled["df"] >= 0 and pooled["cluster_sd"] > 0
+    assert np.isfinite(doc["looks"][-1]["delta_phi_half_width"])
