@@ -306,6 +306,43 @@ def test_truncated_flops_formula_4_3(d, r, data):
     assert flops_per_token(cfg, training=False) == flops_per_token(replace(cfg, bptt_k=None), training=False)
 
 
+@given(d=widths, r=st.sampled_from((2, 4, 8)))
+def test_parcae_injection_counts_and_flops_by_hand(d, r):
+    """Issue 41: Parcae's B (d², or d for the per-dimension B), A_log and dt_bias (2d) count in N_rec, and F
+    charges them as W_inj is charged, as weights applied in every loop (6 per parameter, 2 forward only)."""
+    cfg = ModelConfig(width=d, head_dim=64, r=r)  # the paper template, linear injection
+    plain = count_params(replace(cfg, injection="none"))
+    rec_layers = 16 // r
+    for injection, params in (("parcae", d * d + 2 * d), ("parcae-diag", 3 * d)):
+        parcae = replace(cfg, injection=injection)
+        counts = count_params(parcae)
+        assert counts.n_once == plain.n_once == 48 * d * d + 11 * d
+        assert counts.n_rec == rec_layers * (12 * d * d + 2 * d) + params == plain.n_rec + params
+        assert counts.n == counts.n_once + counts.n_rec
+        none = replace(cfg, injection="none")
+        assert flops_per_token(parcae) - flops_per_token(none) == 6 * r * params
+        forward = flops_per_token(parcae, training=False) - flops_per_token(none, training=False)
+        assert forward == 2 * r * params
+    # the closed forms of §4.2 with Parcae's injection in place of W_inj's 12r·d²
+    parcae, diag = replace(cfg, injection="parcae"), replace(cfg, injection="parcae-diag")
+    assert flops_per_token(parcae) == (1440 + 6 * r) * d * d + (684_144 + 12 * r) * d
+    assert flops_per_token(diag) == 1440 * d * d + (684_144 + 18 * r) * d
+
+
+@given(d=widths, r=st.sampled_from((2, 4, 8)), loops=st.integers(1, 24))
+def test_flops_at_another_loop_count(d, r, loops):
+    """flops_per_token(cfg, loops=T): the model's layout (ℓ_rec, W_inj) run T times, not the iso-depth model
+    with r = T (what a sampled depth or a curriculum step executes)."""
+    cfg = ModelConfig(width=d, head_dim=64, r=r)
+    t, v, rec_layers = 2048, 32_064, 16 // r
+    p_loop = rec_layers * block_params(d) + 2 * d * d
+    expected = 6 * (4 * block_params(d) + v * d) + 6 * loops * p_loop + 12 * d * t * (4 + loops * rec_layers)
+    assert flops_per_token(cfg, loops=loops) == expected
+    assert 3 * flops_per_token(cfg, training=False, loops=loops) == expected
+    with pytest.raises(UserError, match="loop count must be >= 1"):
+        flops_per_token(cfg, loops=0)
+
+
 @given(d=st.integers(6, 64).map(lambda s: 64 * s), r=st.sampled_from(RS))
 def test_unique_parameter_ratios_v8(d, r):
     """V8: 0.608 / 0.408 / 0.308 at "any d" (from the paper's smallest width up; d-linear terms vanish)."""

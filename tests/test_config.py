@@ -130,6 +130,8 @@ def test_explicit_injection_keeps_prelude_and_coda_at_r1():
     (dict(r=4, bptt_k=5), "bptt_k must be in 1..r=4"),
     (dict(r=4, bptt_k=0), "bptt_k must be in 1..r=4"),
     (dict(r=4, injection="hyperconnect", bptt_k=2), "not supported with hyperconnections"),
+    (dict(r=1, injection="parcae"), "injection parcae needs r >= 2"),
+    (dict(r=1, injection="parcae-diag"), "injection parcae-diag needs r >= 2"),
 ])
 def test_impossible_model_configs_are_refused(kw, match):
     with pytest.raises(UserError, match=match) as exc:
@@ -142,6 +144,8 @@ def test_valid_edge_configs():
     assert ModelConfig(r=4, bptt_k=2).effective_bptt_k == 2
     assert ModelConfig(r=4).effective_bptt_k == 4
     assert ModelConfig(width=384).n_head == 3
+    assert ModelConfig(r=2, injection="parcae").layout() == Layout(2, 8, 2, 2, "parcae")
+    assert ModelConfig(r=8, injection="parcae-diag", bptt_k=4).effective_bptt_k == 4
 
 
 def test_replace_revalidates():

@@ -8,11 +8,13 @@ forward + backward), the per-block RMSNorm gains counted as if they were weights
 and the two attention matmuls QKᵀ and AV at the full context T (12·d·T per layer per token, PaLM
 convention, i.e. no causal halving). It leaves out the embedding lookup, softmax, norm arithmetic,
 activation functions, RoPE and the softcap, and it charges the three model-level norm gains (3d) nothing.
+Parcae's injection is charged like W_inj, as the weights it applies in every loop: B·e (d² multiply-adds, or d
+for the per-dimension B) and the per-dimension A_log and dt_bias (2d, charged as weights like the norm gains).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -26,7 +28,7 @@ class ParamCounts:
 
     n: int  # non-embedding parameters: blocks + injection + 3d model-level norm gains
     n_once: int  # applied once per token: prelude, coda, the 3d model-level gains
-    n_rec: int  # applied r times per token: recurrent block + injection (W_inj, or all HC scalars)
+    n_rec: int  # applied r times per token: recurrent block + injection (W_inj, Parcae's, HC scalars)
     n_embed: int  # wte + lm_head (padded vocabulary × d each)
 
     def as_dict(self) -> dict[str, int]:
@@ -39,11 +41,12 @@ def block_params(d: int) -> int:
 
 
 def injection_params(d: int, layout: Layout, hc_lanes: int = 2) -> int:
-    """Parameters of the injection applied in each loop: 2d² for linear, 0 for additive/none.
+    """Parameters of the injection applied in each loop: 2d² for linear (W_inj), d² + 2d for parcae (B, A_log,
+    dt_bias), 3d for parcae-diag (a per-dimension B, A_log, dt_bias), 0 for additive/none.
 
     Hyperconnection scalars are per iteration (r·(K² + 2K) in all) and are added by ``count_params``.
     """
-    return 2 * d * d if layout.injection == "linear" else 0
+    return {"linear": 2 * d * d, "parcae": d * d + 2 * d, "parcae-diag": 3 * d}.get(layout.injection, 0)
 
 
 def count_params(cfg: ModelConfig) -> ParamCounts:
@@ -88,20 +91,24 @@ def _looped_template(cfg: ModelConfig) -> ModelConfig:
 
 
 def _with_r(cfg: ModelConfig, r: int) -> ModelConfig:
-    from dataclasses import replace
-
     return replace(cfg, r=r, bptt_k=None)
 
 
-def flops_per_token(cfg: ModelConfig, *, training: bool = True) -> int:
+def flops_per_token(cfg: ModelConfig, *, training: bool = True, loops: int | None = None) -> int:
     """Per-token FLOPs with the paper's exact formula (method §4.2–4.3).
 
     training=True: F_train = 6·(P_prelude + P_coda + P_lm_head) + 6r·(P_recur + P_inject)
     + 12·d·T·(effective depth), with truncated BPTT charging the r − k detached loops forward-only
     (2× weights, 4·d·T attention) and hyperconnections charging (K² + 2K)·d per loop in place of P_inject.
     training=False: the forward pass only (2× weights, 4·d·T attention per layer), for inference cost.
+    ``loops``: the loop iterations run (default the layout's r), e.g. a sampled depth or a curriculum step:
+    the same layout (ℓ_rec, injection) applied ``loops`` times; truncation keeps the last min(k, loops).
     """
     d, lay, t = cfg.width, cfg.layout(), cfg.seq_len
+    if loops is not None:
+        if loops < 1:
+            raise UserError(f"loop count must be >= 1, got {loops}")
+        lay = replace(lay, r=loops)
     n_b = block_params(d)
     p_once = (lay.prelude + lay.coda) * n_b + cfg.padded_vocab * d
     if lay.injection == "hyperconnect":
@@ -114,7 +121,7 @@ def flops_per_token(cfg: ModelConfig, *, training: bool = True) -> int:
     attn_loop = d * t * lay.rec_layers
     if not training:
         return 2 * p_once + 2 * lay.r * p_loop + 4 * attn_once + 4 * lay.r * attn_loop
-    k_full = cfg.effective_bptt_k
+    k_full = lay.r if cfg.bptt_k is None else min(cfg.bptt_k, lay.r)
     f_detached = lay.r - k_full
     return (
         6 * p_once

@@ -22,7 +22,8 @@ from loopscale.errors import UserError
 
 T = TypeVar("T")
 
-INJECTIONS = ("auto", "linear", "additive", "none", "hyperconnect")
+INJECTIONS = ("auto", "linear", "additive", "none", "hyperconnect", "parcae", "parcae-diag")
+PARCAE_INJECTIONS = ("parcae", "parcae-diag")  # Parcae's injection: a full d×d B, or a per-dimension B
 
 
 def from_dict(cls: type[T], data: dict[str, Any] | None, where: str = "config") -> T:
@@ -166,7 +167,7 @@ class Layout:
     rec_layers: int  # ℓ_rec, layers in the shared block
     coda: int
     r: int
-    injection: str  # concrete mode: linear | additive | none | hyperconnect
+    injection: str  # concrete mode: linear | additive | none | hyperconnect | parcae | parcae-diag
 
     @property
     def effective_depth(self) -> int:
@@ -223,6 +224,9 @@ class ModelConfig:
         if self.hc_lanes < 1:
             raise UserError(f"model: hc_lanes must be >= 1, got {self.hc_lanes}")
         layout = self.layout()  # raises on impossible layouts
+        if layout.injection in PARCAE_INJECTIONS and layout.r < 2:
+            raise UserError(f"model: injection {layout.injection} needs r >= 2 (it injects e into a loop's "
+                            f"state), got r={layout.r}; use injection auto for the plain r = 1 model")
         if self.bptt_k is not None:
             if not 1 <= self.bptt_k <= layout.r:
                 raise UserError(f"model: bptt_k must be in 1..r={layout.r}, got {self.bptt_k}")
@@ -279,6 +283,7 @@ def replace(obj: T, **changes: Any) -> T:
 
 __all__ = [
     "INJECTIONS",
+    "PARCAE_INJECTIONS",
     "Layout",
     "ModelConfig",
     "dump_yaml",

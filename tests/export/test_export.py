@@ -23,7 +23,7 @@ from loopscale.data import PackedDataset
 from loopscale.published import absolute_paths
 from loopscale.train import load_checkpoint_model
 
-from .conftest import MODES, SEQ_LEN, VAL_TOKENS
+from .conftest import MODES, SEQ_LEN, VAL_TOKENS, tiny_config
 
 transformers = pytest.importorskip("transformers", reason="the `hf` extra (transformers) is not installed")
 
@@ -397,3 +397,24 @@ def test_a_run_with_a_checkpoint_only_is_exported_from_it(runs, tmp_path):
     x = val_rows(runs["linear"])[:2, :-1]
     with torch.no_grad():
         assert (load_hf(out)(x).logits - model(x)).abs().max() <= LOGIT_TOL
+
+
+@pytest.mark.parametrize("injection", ["parcae", "parcae-diag"])
+def test_a_parcae_model_is_refused_not_exported_wrong(dataset, tmp_path, capsys, injection):
+    """modeling_loopscale.py has no Parcae injection: an export would write a folder that cannot load it."""
+    import dataclasses
+
+    from loopscale.export.configuration_loopscale import INJECTIONS
+    from loopscale.export.hf import EXPORTED_INJECTIONS
+    from loopscale.train import train
+
+    assert EXPORTED_INJECTIONS == INJECTIONS
+    cfg = tiny_config(dataset, "linear", steps=1)
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, injection=injection))
+    assert train(cfg, tmp_path / "run")["status"] == "ok"
+    before = _snapshot(tmp_path)
+    capsys.readouterr()
+    assert main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "hf")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"export does not implement {injection} injection" in err, err
+    assert _snapshot(tmp_path) == before

@@ -9,6 +9,8 @@ layer run once in one loop iteration):
                not count norms.
   + hc         the formula charges (K² + 2K)·d per loop for hyperconnections (×6 / ×2); the model applies
                those scalars with element-wise ops, which are not matmuls.
+  + parcae     the formula charges Parcae's A_log and dt_bias (2d) per loop as weights, and parcae-diag's B
+               (d) too (×6 / ×2); all three are applied element-wise. A full B·e is a matmul, measured.
   − recompute  torch's SDPA backward formula recomputes QKᵀ (flash-attention style): 5 matmuls, 10·d·T per
                token, where the formula charges 8·d·T (2× forward). +2·d·T per back-propagated application.
   + prelude    passthrough injection with truncated BPTT only: once the state leaving iteration r − k − 1 is
@@ -22,6 +24,8 @@ torch's own SDPA formulas (the ones it uses for the CUDA kernels).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
@@ -53,17 +57,18 @@ def small(**kw) -> ModelConfig:
     return ModelConfig(**base)
 
 
-def measured_flops_per_token(cfg: ModelConfig, *, training: bool) -> int:
-    """FLOPs counted over one forward (+ backward when training) of a [BATCH, T] batch, per token."""
+def measured_flops_per_token(cfg: ModelConfig, *, training: bool, loops: int | None = None) -> int:
+    """FLOPs counted over one forward (+ backward when training) of a [BATCH, T] batch at ``loops`` loops
+    (default the model's r), per token."""
     torch.manual_seed(0)
     model = LoopedGPT(cfg)
     idx = torch.randint(0, cfg.vocab_size, (BATCH, cfg.seq_len))
     with FlopCounterMode(display=False, custom_mapping=CPU_SDPA) as counter:
         if training:
-            model(idx, idx).backward()
+            model(idx, idx, r=loops).backward()
         else:
             with torch.no_grad():
-                model(idx)
+                model(idx, r=loops)
     ops = {str(op).split(".")[-1] for op in counter.get_flop_counts()["Global"]}
     assert ops <= COUNTED_OPS, ops
     total = counter.get_total_flops()
@@ -71,10 +76,12 @@ def measured_flops_per_token(cfg: ModelConfig, *, training: bool) -> int:
     return total // (BATCH * cfg.seq_len)
 
 
-def named_difference(cfg: ModelConfig, *, training: bool) -> int:
-    """analytic − measured, per token, from the terms in the module docstring (layout-derived)."""
+def named_difference(cfg: ModelConfig, *, training: bool, loops: int | None = None) -> int:
+    """analytic − measured, per token, from the terms in the module docstring (layout-derived), for a pass at
+    ``loops`` loops (default the model's r)."""
     lay, d, t = cfg.layout(), cfg.width, cfg.seq_len
-    k = cfg.effective_bptt_k if training else 0  # back-propagated loops
+    lay = dataclasses.replace(lay, r=loops or lay.r)
+    k = (lay.r if cfg.bptt_k is None else min(cfg.bptt_k, lay.r)) if training else 0  # back-propagated loops
     f = lay.r - k  # forward-only loops
     once = lay.prelude + lay.coda
     pass_once = 3 if training else 1  # forward + backward = 3× forward
@@ -82,12 +89,14 @@ def named_difference(cfg: ModelConfig, *, training: bool) -> int:
     hc = 0
     if lay.injection == "hyperconnect":
         hc = 2 * (cfg.hc_lanes**2 + 2 * cfg.hc_lanes) * d * (3 * k + f)
+    elementwise = {"parcae": 2 * d, "parcae-diag": 3 * d}.get(lay.injection, 0)
+    parcae = 2 * elementwise * (3 * k + f)
     backprop_layers = (once + k * lay.rec_layers) if training else 0
     recompute = 2 * d * t * backprop_layers
     prelude = 0
     if training and lay.injection == "none" and f > 0:
         prelude = lay.prelude * (48 * d * d + 10 * d * t)
-    return gains + hc - recompute + prelude
+    return gains + hc + parcae - recompute + prelude
 
 
 def variant_id(kw: dict) -> str:
@@ -96,11 +105,11 @@ def variant_id(kw: dict) -> str:
 
 FULL = [dict(r=1, injection="auto")] + [
     dict(r=r, injection=inj) for r in (1, 2, 4, 8) for inj in ("linear", "additive", "none", "hyperconnect")
-]
+] + [dict(r=r, injection=inj) for r in (2, 4, 8) for inj in ("parcae", "parcae-diag")]
 TRUNCATED = [
     dict(r=r, injection=inj, bptt_k=k)
     for r in (2, 4, 8) for k in range(1, r) for inj in ("linear", "additive")
-]
+] + [dict(r=4, injection="parcae", bptt_k=2), dict(r=8, injection="parcae-diag", bptt_k=3)]
 PASSTHROUGH_TRUNCATED = [dict(r=r, injection="none", bptt_k=k) for r, k in ((2, 1), (4, 2), (8, 3))]
 
 
@@ -130,6 +139,21 @@ def test_forward_only_flops_match_a_no_grad_forward(kw):
     assert analytic - measured == named_difference(cfg, training=False)
 
 
+@pytest.mark.parametrize("kw,loops", [
+    (dict(r=2, injection="linear"), 1), (dict(r=2, injection="linear"), 5),
+    (dict(r=4, injection="parcae"), 7), (dict(r=4, injection="parcae-diag"), 1),
+    (dict(r=4, injection="hyperconnect"), 3), (dict(r=4, injection="linear", bptt_k=2), 6),
+])
+def test_flops_at_another_loop_count_match_a_pass_at_that_count(kw, loops):
+    """flops_per_token(cfg, loops=T) prices a pass of the same model at T loops (sampled depth, curricula)."""
+    cfg = small(**kw)
+    for training in (True, False):
+        analytic = flops_per_token(cfg, training=training, loops=loops)
+        measured = measured_flops_per_token(cfg, training=training, loops=loops)
+        assert analytic - measured == named_difference(cfg, training=training, loops=loops)
+    assert flops_per_token(cfg, loops=cfg.r) == flops_per_token(cfg)
+
+
 @pytest.mark.parametrize("r,k", [(2, 1), (4, 2), (8, 4), (8, 1)])
 def test_truncation_saves_the_backward_of_the_detached_loops(r, k):
     """Measured drop from full BPTT to window k = (r − k) loops' backward, as the formula says (up to
@@ -154,7 +178,7 @@ def test_truncation_saves_the_backward_of_the_detached_loops(r, k):
     coda=st.integers(0, 2),
     rec_layers=st.integers(1, 2),
     r=st.sampled_from([1, 2, 3, 4]),
-    injection=st.sampled_from(["linear", "additive", "none", "hyperconnect"]),
+    injection=st.sampled_from(["linear", "additive", "none", "hyperconnect", "parcae", "parcae-diag"]),
     hc_lanes=st.integers(1, 3),
     vocab=st.integers(2, 300),
     seq_len=st.integers(1, 40),
@@ -162,6 +186,8 @@ def test_truncation_saves_the_backward_of_the_detached_loops(r, k):
 )
 def test_named_difference_holds_for_random_configs(heads, head_dim, prelude, coda, rec_layers, r, injection,
                                                    hc_lanes, vocab, seq_len, truncate):
+    if injection.startswith("parcae") and r == 1:
+        injection = "linear"  # Parcae needs r >= 2
     bptt_k = max(1, r // 2) if truncate and injection != "hyperconnect" else None
     cfg = ModelConfig(width=heads * head_dim, head_dim=head_dim, depth=prelude + coda + r * rec_layers,
                       prelude=prelude, coda=coda, r=r, injection=injection, hc_lanes=hc_lanes, bptt_k=bptt_k,

@@ -46,6 +46,9 @@ VARIANTS = [
     dict(r=4, injection="hyperconnect", hc_lanes=3),
     dict(r=4, injection="linear", bptt_k=1),
     dict(r=4, injection="additive", bptt_k=2),
+    dict(r=2, injection="parcae"),
+    dict(r=4, injection="parcae-diag"),
+    dict(r=4, injection="parcae", bptt_k=2),
 ]
 
 
@@ -103,11 +106,16 @@ def ref_logits(model, idx, r):
                      for a in range(n)]
         h = sum(lanes)
     else:
-        h = {"linear": e, "additive": torch.zeros_like(e), "none": e}[lay.injection]
+        h = torch.zeros_like(e) if lay.injection == "additive" else e
         for i in range(r):
             if lay.injection == "linear":
                 w = model.inject.weight
                 u = e @ w[:, : cfg.width].T + h @ w[:, cfg.width:].T
+            elif lay.injection.startswith("parcae"):
+                delta = torch.log1p(torch.exp(model.parcae_dt_bias))  # softplus
+                b = model.parcae_b
+                u = torch.exp(-delta * torch.exp(model.parcae_a_log)) * h + delta * (e @ b.T if b.ndim == 2
+                                                                                      else e * b)
             else:
                 u = h + e if lay.injection == "additive" else h
             h = ref_rms(stack(model.recur, u), model.norm_recur.weight, eps)
@@ -179,13 +187,14 @@ def test_parameter_count_and_groups(kw):
     assert len(ids) == len(set(ids)) == len(list(model.parameters()))  # a partition
     assert all(p.ndim == 2 for p in groups["matrix"]) and all(p.ndim == 1 for p in groups["norm"])
     counts = count_params(cfg)
-    non_embedding = sum(p.numel() for key in ("matrix", "norm", "hc") for p in groups[key])
+    non_embedding = sum(p.numel() for key in ("matrix", "norm", "hc", "injection") for p in groups[key])
     assert non_embedding == counts.n
     assert sum(p.numel() for key in ("embed", "unembed") for p in groups[key]) == counts.n_embed
     lay = cfg.layout()
     assert len(groups["norm"]) == 2 * lay.unique_layers + 3
     assert len(groups["matrix"]) == 6 * lay.unique_layers + (lay.injection == "linear")
     assert (len(groups["hc"]) > 0) == (lay.injection == "hyperconnect")
+    assert (len(groups["injection"]) > 0) == lay.injection.startswith("parcae")
     assert model.wte.weight.shape == model.lm_head.weight.shape == (cfg.padded_vocab, cfg.width)
     assert not any("rope" in k for k in model.state_dict())  # RoPE tables are non-persistent buffers
 

@@ -187,6 +187,7 @@ def spec_lrs(budget: float, d: int, r: int, k: int, hc: bool, rule: str = "relea
         "unembed": 0.004 * width,
         "norm": 0.005 * width,
         "hc": 0.01 * width,
+        "injection": 0.01 * width,  # Parcae's injection (not in the paper): the HC scalars' rule and value
     }
 
 
@@ -446,3 +447,41 @@ def test_default_layout_is_one_single_threaded_run_per_core_for_small_cpu_models
     assert default_layout(ddp, runs).workers == 1
     monkeypatch.setattr("os.cpu_count", lambda: 1)
     assert default_layout(spec, runs).workers == 1
+
+
+def test_loop_recipes_and_parcae_reach_the_run_configs_of_a_group():
+    """Issue 41: a group's ``model:`` (injection: parcae) and ``train:`` (depth_sampling, loop_curriculum)
+    reach its runs' configs as injection: hyperconnect and bptt do; a bad value is refused naming the run."""
+    from loopscale.config import from_dict
+    from loopscale.sweep.plan import check_runnable, run_train_config
+    from loopscale.sweep.spec import SweepSpec
+    from loopscale.train.config import TrainConfig
+
+    def spec(curriculum: str) -> SweepSpec:
+        grid = [{"budget": 1e12, "widths": [32]}]
+        return from_dict(SweepSpec, {
+            "name": "recipes", "batch_tokens": 2048,
+            "model": {"depth": 10, "prelude": 1, "coda": 1, "head_dim": 16, "vocab_size": 1024,
+                      "seq_len": 128},
+            "groups": [
+                {"name": "main", "rs": [1, 2], "grid": grid},
+                {"name": "parcae", "rs": [2], "grid": grid, "model": {"injection": "parcae"}},
+                {"name": "sampled", "rs": [2, 4], "grid": grid,
+                 "train": {"depth_sampling": "poisson-lognormal", "depth_sigma": 0.3}},
+                {"name": "curriculum", "rs": [4], "grid": grid, "train": {"loop_curriculum": curriculum}},
+            ]}, "spec")
+
+    good = spec("linear:0.25")
+    runs = {run.name: run for run in plan_sweep(good)}
+    check_runnable(good, list(runs.values()), data=False)
+    configs = {name: from_dict(TrainConfig, run_train_config(good, run), "train")
+               for name, run in runs.items()}
+    assert configs["parcae_C1e12_d32_r2"].model.injection == "parcae"
+    assert configs["sampled_C1e12_d32_r4"].depth_sampling == "poisson-lognormal"
+    assert configs["sampled_C1e12_d32_r4"].depth_sigma == 0.3
+    assert configs["curriculum_C1e12_d32_r4"].loop_curriculum == "linear:0.25"
+    main_r2 = configs["main_C1e12_d32_r2"]
+    assert main_r2.loop_recipe is None and main_r2.model.injection == "auto"
+    bad = spec("linear:1.5")
+    with pytest.raises(UserError, match="run curriculum_C1e12_d32_r4: loop_curriculum must be 'linear:F'"):
+        check_runnable(bad, plan_sweep(bad), data=False)

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from loopscale.accounting import count_params, flops_per_token
-from loopscale.config import ModelConfig, from_dict, load_yaml
+from loopscale.config import INJECTIONS, ModelConfig, from_dict, load_yaml
 
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:
@@ -18,7 +18,7 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--prelude", type=int)
     g.add_argument("--coda", type=int)
     g.add_argument("--head-dim", type=int)
-    g.add_argument("--injection", choices=["auto", "linear", "additive", "none", "hyperconnect"])
+    g.add_argument("--injection", choices=INJECTIONS)
     g.add_argument("--hc-lanes", type=int)
     g.add_argument("--bptt-k", type=int, help="truncated BPTT window (default: full, k = r)")
     g.add_argument("--vocab", dest="vocab_size", type=int, help="true vocabulary size")

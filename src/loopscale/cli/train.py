@@ -50,6 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--micro-batch", type=int, help="sequences per forward pass per rank (gradient accumulation)"
     )
     g.add_argument("--seed", type=int)
+    g.add_argument("--depth-sampling", help="loop count drawn per micro-batch: poisson-lognormal (E[T] = r)")
+    g.add_argument("--depth-sigma", type=float, help="σ of the depth sampler's log-normal (default 0.5)")
+    g.add_argument("--loop-curriculum", help="linear:F: loops ramp 1 → r over the first F of the steps")
     g.add_argument(
         "--threads",
         type=int,
@@ -85,6 +88,9 @@ RUN_FLAGS = (
     "batch_tokens",
     "micro_batch",
     "seed",
+    "depth_sampling",
+    "depth_sigma",
+    "loop_curriculum",
     "device",
     "precision",
     "compile",

@@ -27,6 +27,9 @@ from loopscale.errors import UserError
 from loopscale.io import shown
 
 MODEL_TYPE = "loopscale_looped"
+# The injection modes modeling_loopscale.py implements (its configuration's INJECTIONS, which import
+# transformers); a model with another (Parcae's) is refused rather than exported into code that cannot run it.
+EXPORTED_INJECTIONS = ("linear", "additive", "none", "hyperconnect")
 CODE_FILES = ("configuration_loopscale.py", "modeling_loopscale.py")
 CONFIG_CLASS = "configuration_loopscale.LoopscaleConfig"
 MODEL_CLASS = "modeling_loopscale.LoopscaleForCausalLM"
@@ -108,6 +111,9 @@ def export_run(run: str | os.PathLike, out: str | os.PathLike, tokenizer: str | 
     from loopscale.train import load_checkpoint_model
 
     model, train_cfg = load_checkpoint_model(source.run)
+    if model.layout.injection not in EXPORTED_INJECTIONS:
+        raise UserError(f"{shown(source.run)}: export does not implement {model.layout.injection} injection "
+                        f"(only {', '.join(EXPORTED_INJECTIONS)}); use the run folder with loopscale itself")
     tok_file, bos_id = _tokenizer(source.run, train_cfg, tokenizer)
     from tokenizers import Tokenizer
 

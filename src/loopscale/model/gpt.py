@@ -14,10 +14,16 @@ Injection modes (``cfg.layout().injection``), with e the prelude output and h(i)
   none          u(i) = h(i), h(0) = e (passthrough; the plain r = 1 model)
   hyperconnect  K lanes ℓ_k(0) = e; u(i) = Σ_k α_ik ℓ_k(i); s(i) = norm_recur(block(u(i)));
                 ℓ_k(i+1) = Σ_j M_ikj ℓ_j(i) + β_ik s(i); the coda gets Σ_k ℓ_k(r)
-and otherwise h(i+1) = norm_recur(block(u(i))).
+  parcae        u(i) = exp(−Δ⊙a)⊙h(i) + Δ⊙(B·e), a = exp(A_log), Δ = softplus(dt_bias) ∈ R^d, B ∈ R^{d×d},
+                h(0) = e; init A_log = 0, Δ = ln(5)/2, B = I, so u(i) = 0.447·h(i) + 0.805·e (decay √(1/5))
+  parcae-diag   the same with a per-dimension B ∈ R^d (init ones): B·e is B⊙e
+and otherwise h(i+1) = norm_recur(block(u(i))). Parcae's injection (Prairie et al. 2026) comes alone here: its
+value embeddings and zero-initialised residuals are other recipes, left out. B·e is recomputed in every loop,
+as W_inj·[e; h] re-multiplies e, which is what the FLOPs count charges (accounting).
 
 Truncated BPTT (cfg.bptt_k = k): the state (HC: the lanes) leaving every iteration i < r − k is detached,
-so only the last k iterations are back-propagated; the forward pass is unchanged.
+so only the last k iterations are back-propagated; the forward pass is unchanged. Training recipes that vary
+the loop count (sampled depth, curricula: ``loopscale.train.plan``) run ``forward(..., r=T)``.
 
 The module is dtype-agnostic (fp32 parameters); the training loop wraps it in bf16 autocast on CUDA. The
 logits and the softcap are always computed in fp32.
@@ -33,8 +39,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from loopscale.config import ModelConfig
+from loopscale.config import PARCAE_INJECTIONS, ModelConfig
 from loopscale.errors import UserError
+
+# Parcae's initial per-dimension step Δ = softplus(dt_bias) = ln(5)/2, so that with a = exp(0) = 1 the state's
+# decay exp(−Δ·a) starts at √(1/5) ≈ 0.447.
+PARCAE_INIT_DELTA = math.log(5.0) / 2
 
 
 class RMSNorm(nn.Module):
@@ -139,6 +149,13 @@ class LoopedGPT(nn.Module):
         self.norm_final = RMSNorm(d, eps)
         self.lm_head = nn.Linear(d, cfg.padded_vocab, bias=False)
         self.inject = nn.Linear(2 * d, d, bias=False) if lay.injection == "linear" else None
+        if lay.injection in PARCAE_INJECTIONS:
+            # Linear mode's nn.Linear just drew its (overwritten) default init; draw the same numbers here, so
+            # that every shared parameter reset_parameters draws next is the linear model's, bit for bit.
+            torch.empty(d, 2 * d).uniform_()
+            self.parcae_a_log = nn.Parameter(torch.empty(d))  # a = exp(A_log)
+            self.parcae_dt_bias = nn.Parameter(torch.empty(d))  # Δ = softplus(dt_bias)
+            self.parcae_b = nn.Parameter(torch.empty(d, d) if lay.injection == "parcae" else torch.empty(d))
         if lay.injection == "hyperconnect":
             k = cfg.hc_lanes
             self.hc_alpha = nn.Parameter(torch.empty(lay.r, k))  # lane mix into the block input
@@ -174,6 +191,13 @@ class LoopedGPT(nn.Module):
         if self.inject is not None:
             self.inject.weight.zero_()
             self.inject.weight[:, :d].copy_(torch.eye(d))
+        if self.layout.injection in PARCAE_INJECTIONS:
+            self.parcae_a_log.zero_()
+            self.parcae_dt_bias.fill_(math.log(math.expm1(PARCAE_INIT_DELTA)))  # softplus⁻¹(Δ)
+            if self.parcae_b.ndim == 2:
+                self.parcae_b.copy_(torch.eye(d))
+            else:
+                self.parcae_b.fill_(1.0)
         if self.layout.injection == "hyperconnect":
             k = self.cfg.hc_lanes
             self.hc_alpha.copy_(F.one_hot(torch.arange(self.layout.r) % k, k).float())
@@ -186,16 +210,28 @@ class LoopedGPT(nn.Module):
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
         """Parameters by optimiser group: "matrix" (block matrices + W_inj, MuonH), "embed" (wte),
-        "unembed" (lm_head), "norm" (every RMSNorm gain), "hc" (hyperconnection scalars, else empty)."""
+        "unembed" (lm_head), "norm" (every RMSNorm gain), "hc" (hyperconnection scalars, else empty),
+        "injection" (Parcae's A_log, dt_bias and B, on AdamW without weight decay; else empty)."""
         matrix = [p for block in self.blocks() for p in block.parameters() if p.ndim == 2]
         if self.inject is not None:
             matrix.append(self.inject.weight)
         norm = [m.weight for m in self.modules() if isinstance(m, RMSNorm)]
         hc = [self.hc_alpha, self.hc_mix, self.hc_beta] if self.layout.injection == "hyperconnect" else []
+        parcae = self.layout.injection in PARCAE_INJECTIONS
+        injection = [self.parcae_a_log, self.parcae_dt_bias, self.parcae_b] if parcae else []
         groups = {"matrix": matrix, "embed": [self.wte.weight], "unembed": [self.lm_head.weight],
-                  "norm": norm, "hc": hc}
+                  "norm": norm, "hc": hc, "injection": injection}
         assert sum(len(g) for g in groups.values()) == len(list(self.parameters()))
         return groups
+
+    def parcae_injection(self, e: Tensor, h: Tensor) -> Tensor:
+        """Parcae's block input u = exp(−Δ⊙a)⊙h + Δ⊙(B·e), a = exp(A_log), Δ = softplus(dt_bias) (per
+        dimension; B a d×d matrix, or a vector applied element-wise). e, h: [B, T, d]; the vectors follow the
+        activation dtype (bf16 under autocast), as the norm gains do."""
+        delta = F.softplus(self.parcae_dt_bias)
+        decay = torch.exp(-delta * torch.exp(self.parcae_a_log))
+        b_e = F.linear(e, self.parcae_b) if self.parcae_b.ndim == 2 else e * self.parcae_b.to(e.dtype)
+        return decay.to(h.dtype) * h + delta.to(b_e.dtype) * b_e
 
     def _loops(self, r: int | None) -> int:
         r = self.layout.r if r is None else r
@@ -250,6 +286,8 @@ class LoopedGPT(nn.Module):
             for i in range(r):
                 if mode == "linear":
                     u = self.inject(torch.cat([e, h], dim=-1))
+                elif mode in PARCAE_INJECTIONS:
+                    u = self.parcae_injection(e, h)
                 elif mode == "additive":
                     u = h + e
                 else:

@@ -26,9 +26,8 @@ import numpy as np
 from loopscale.config import from_dict
 from loopscale.errors import UserError
 from loopscale.sweep.spec import BudgetWidths, RunGroup, SweepSpec
-from loopscale.train.config import OptimConfig
+from loopscale.train.config import LR_KEYS, OptimConfig
 
-LR_KEYS = ("matrix_lr", "embed_lr", "unembed_lr", "norm_lr", "hc_lr", "adamw_matrix_lr")
 CALIBRATION_FILE = "lr_calibration.json"
 FINE_GRID = 401  # points of the interpolated mean-loss curve between the smallest and largest multiplier
 

@@ -5,7 +5,7 @@ Public API::
     TrainConfig, DataConfig, OptimConfig, load_train_config(yaml_path, overrides)   # no torch import
     train(cfg, out_dir, resume=True) -> dict          # the result.json contents
     load_checkpoint_model(path) -> (LoopedGPT, TrainConfig)
-    plan_run(cfg, dataset, world=1) -> Plan            # steps, tokens, micro-batch, validation size
+    plan_run(cfg, dataset, world=1) -> Plan            # steps, tokens, micro-batch, validation size, loops
 
 ``train``, ``load_checkpoint_model`` and ``plan_run`` import torch on first use, so the planner and the CLI
 can import the config types cheaply.

@@ -6,7 +6,8 @@ Layout inside a run folder::
     checkpoints/step_00000120/
         model.safetensors              # model weights (fp32)
         optimizer.safetensors          # every optimiser state tensor, keyed "<optimiser>.<param>.<name>"
-        state.json                     # step, next data row, param-group settings, scalar state, RNG, config
+        state.json                     # step, next data row, depth draws used, param-group settings,
+                                       # scalar state, RNG, config
 
 A checkpoint is written into a hidden temporary folder (each file atomically), renamed into place, and
 only then named in ``latest``; a kill -9 at any moment leaves the previous checkpoint intact.

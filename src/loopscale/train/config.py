@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,10 @@ from loopscale.config import ModelConfig, from_dict, load_yaml
 from loopscale.errors import UserError
 
 RECIPES = ("muonh", "adamw")
+# OptimConfig's base learning rates (an LR calibration scales them all by one multiplier)
+LR_KEYS = ("matrix_lr", "embed_lr", "unembed_lr", "norm_lr", "hc_lr", "injection_lr", "adamw_matrix_lr")
+DEPTH_SAMPLERS = ("poisson-lognormal",)  # loopscale.train.plan: a loop count drawn per micro-batch
+CURRICULA = ("linear",)  # loopscale.train.plan: the loop count ramps from 1 to r
 # How D_ref counts the looped reference (method §7.3): "released" at the training run's r, as the authors'
 # scripts/base_train.py does (what produced the published runs); "prose" at the reference's own r for
 # every r > 1, as the paper's text reads.
@@ -51,11 +56,13 @@ class DataConfig:
 class OptimConfig:
     """Optimiser recipe, base learning rates and the LR transfer rules (method §7.1–7.4).
 
-    ``muonh``: MuonH for every 2-D block matrix and W_inj, AdamW for wte, lm_head, norm gains and HC scalars.
+    ``muonh``: MuonH for every 2-D block matrix and W_inj, AdamW for wte, lm_head, norm gains, HC scalars and
+    Parcae's injection (A_log, dt_bias and B, never decayed).
     ``adamw``: plain AdamW for every group; block matrices use ``adamw_matrix_lr`` (not in the paper).
     Learning rates: MuonH η = matrix_lr · (B/ref_batch_tokens)^batch_exponent · (D/D_ref)^(−data_exponent);
     wte and lm_head η = base · (d/ref_width)^(−width_exponent) · (B/ref_batch_tokens)^batch_exponent; norm
-    gains and HC scalars get the width factor only (as the authors' released training script does).
+    gains, HC scalars and Parcae's injection get the width factor only (as the authors' released training
+    script does for the first two).
     D_ref = d_ref_tokens_per_param × (N_once + r·N_rec) of a reference model at width ref_width with linear
     injection (ref_r_looped loops for looped runs, the plain model for r = 1); ``d_ref_rule`` picks the r.
     """
@@ -66,6 +73,7 @@ class OptimConfig:
     unembed_lr: float = 0.004  # lm_head
     norm_lr: float = 0.005  # every RMSNorm gain
     hc_lr: float = 0.01  # hyperconnection scalars
+    injection_lr: float = 0.01  # Parcae's injection (A_log, dt_bias, B); not in the paper: hc_lr's default
     adamw_matrix_lr: float = 0.003  # block matrices under the plain "adamw" recipe (our choice)
     adam_betas: tuple[float, float] = (0.8, 0.95)
     adam_eps: float = 1e-10
@@ -89,7 +97,7 @@ class OptimConfig:
     def validate(self) -> None:
         if self.recipe not in RECIPES:
             raise UserError(f"optim.recipe must be one of {', '.join(RECIPES)}, got {self.recipe!r}")
-        for name in ("matrix_lr", "embed_lr", "unembed_lr", "norm_lr", "hc_lr", "adamw_matrix_lr"):
+        for name in LR_KEYS:
             if getattr(self, name) < 0:
                 raise UserError(f"optim.{name} must be >= 0, got {getattr(self, name)}")
         if not all(0 <= b < 1 for b in self.adam_betas) or len(self.adam_betas) != 2:
@@ -126,6 +134,11 @@ class TrainConfig:
     batch_tokens: int = 262_144  # global batch B in tokens (a multiple of T × data-parallel ranks)
     micro_batch: int | None = None  # sequences per forward pass per rank; None = the rank's whole batch
     seed: int = 0  # model initialisation (the data order is fixed by the dataset)
+    # Loop-count recipes (loopscale.train.plan), at most one: each changes only how many loops a micro-batch
+    # runs (full BPTT through all of them), so a run and the same config without it are a matched pair.
+    depth_sampling: str | None = None  # poisson-lognormal: T = Poisson(e^τ) + 1 per micro-batch, E[T] = r
+    depth_sigma: float = 0.5  # σ of τ ~ N(ln(r − 1) − σ²/2, σ) (depth_sampling)
+    loop_curriculum: str | None = None  # "linear:F": the loop count ramps 1 → r over the first ⌈F·S⌉ steps
     device: str = "auto"  # auto (cuda when available) | cpu | cuda
     precision: str = "auto"  # auto (fp32 on CPU, bf16 autocast on CUDA) | fp32 | bf16
     compile: bool = False  # torch.compile the model (once per run; r is fixed)
@@ -183,11 +196,60 @@ class TrainConfig:
             raise UserError(
                 f"tracker_mode must be {' or '.join(TRACKER_MODES)} (or null), got {self.tracker_mode!r}"
             )
+        self._validate_loop_recipe()
+
+    def _validate_loop_recipe(self) -> None:
+        if self.depth_sampling is not None and self.depth_sampling not in DEPTH_SAMPLERS:
+            raise UserError(
+                f"depth_sampling must be {' or '.join(DEPTH_SAMPLERS)} (or null), got {self.depth_sampling!r}"
+            )
+        if not self.depth_sigma > 0:
+            raise UserError(f"depth_sigma must be > 0, got {self.depth_sigma}")
+        if self.loop_curriculum is not None:
+            curriculum_fraction(self.loop_curriculum)  # UserError when malformed
+        recipe = self.loop_recipe
+        if recipe is None:
+            return
+        if self.depth_sampling is not None and self.loop_curriculum is not None:
+            raise UserError("set at most one of depth_sampling and loop_curriculum")
+        layout = self.model.layout()
+        if layout.r < 2:
+            raise UserError(f"{recipe} varies the loop count up to the model's r: it needs model.r >= 2, got "
+                            f"r={layout.r}")
+        if self.model.bptt_k is not None:
+            raise UserError(f"{recipe} back-propagates through every loop it runs: unset model.bptt_k (got "
+                            f"{self.model.bptt_k})")
+        if self.depth_sampling is not None and layout.injection == "hyperconnect":
+            raise UserError("depth_sampling draws loop counts above r, and hyperconnection scalars exist for "
+                            "r loops only; use another injection")
+
+    @property
+    def loop_recipe(self) -> str | None:
+        """The config key of the run's loop-count recipe ("depth_sampling", "loop_curriculum"), else None."""
+        if self.depth_sampling is not None:
+            return "depth_sampling"
+        return "loop_curriculum" if self.loop_curriculum is not None else None
+
 
     @property
     def batch_rows(self) -> int:
         """Sequences (packed rows) per optimiser step, over all ranks."""
         return self.batch_tokens // self.model.seq_len
+
+
+def curriculum_fraction(loop_curriculum: str) -> Fraction:
+    """F of ``loop_curriculum: linear:F``, exact (⌈F·S⌉ has no float rounding); UserError unless 0 < F < 1."""
+    kind, _, value = loop_curriculum.partition(":")
+    try:
+        fraction = Fraction(value.strip())
+    except (ValueError, ZeroDivisionError):
+        fraction = None
+    if kind.strip() not in CURRICULA or fraction is None or not 0 < fraction < 1:
+        raise UserError(
+            f"loop_curriculum must be 'linear:F' with a ramp fraction F in (0, 1) of the optimiser steps "
+            f"(e.g. linear:0.25), got {loop_curriculum!r}"
+        )
+    return fraction
 
 
 def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

@@ -3,11 +3,14 @@
 What a run does, in order (nothing is written before every input has been checked):
 1. check the dataset (rows, tokenizer), the model/dataset match, the batch split and the validation size;
 2. steps = round(C / (F·B)) with the exact F of ``accounting`` (or ``cfg.steps``), D = steps·B tokens
-   (the LR data rule uses int(C / F), as the authors' script does);
+   (the LR data rule uses int(C / F), as the authors' script does); a loop-count recipe (sampled depth, a
+   curriculum) fixes the loop count of every micro-batch up front and the steps its executed FLOPs take
+   to the budget (``loopscale.train.plan``);
 3. build the model (seeded), MuonH + AdamW with the transferred LRs, resume from the latest checkpoint;
 4. for each step: read the step's B/T rows in the fixed sequential order (strided across data-parallel
    ranks), accumulate gradients over micro-batches, average them across ranks, schedule the LR (no warmup,
-   linear decay to 10%), step; log step/loss/lr/tokens/tokens_per_s/mfu to metrics.jsonl;
+   linear decay to 10%), step; log step/loss/lr/tokens/tokens_per_s/mfu to metrics.jsonl (with a recipe
+   also each micro-batch's loop count and the executed FLOPs so far);
 5. checkpoint every N steps and/or seconds (atomically); a non-finite loss stops the run (status "failed");
 6. final validation loss in nats: token-weighted mean cross-entropy over the first ``val_tokens`` target
    tokens of the "val" split (the same tokens for every run); final weights + result.json.
@@ -33,7 +36,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from loopscale.accounting import count_params, flops_per_token, steps_for_budget
+from loopscale.accounting import count_params
 from loopscale.config import dump_yaml, from_dict, load_yaml, to_dict
 from loopscale.data import PackedDataset
 from loopscale.errors import UserError
@@ -44,13 +47,13 @@ from loopscale.train import tracking
 from loopscale.train.config import TrainConfig
 from loopscale.train.optim import (
     build_optimizers,
-    lr_data_tokens,
     lr_multiplier,
     peak_learning_rates,
     reference_tokens,
     set_lr,
 )
 from loopscale.train.perf import peak_measurement, tcmalloc_active
+from loopscale.train.plan import Plan, plan_run
 
 # Fields that may change between an interrupted run and its resumption (they do not change what is
 # computed, only how fast or how it is reported).
@@ -92,21 +95,6 @@ class Runtime:
         return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
 
-@dataclass(frozen=True)
-class Plan:
-    """The run's sizes, all derived from the config and the dataset before anything is written."""
-
-    steps: int
-    tokens: int  # D = steps · B
-    lr_tokens: int  # D of the MuonH data factor: int(C / F), or steps · B when steps are given
-    flops_per_token: int
-    rows_per_rank: int  # sequences per step on each rank
-    micro_batch: int  # sequences per forward pass
-    val_tokens: int
-    val_rows: int
-    train_epochs: int
-
-
 def _runtime(cfg: TrainConfig) -> Runtime:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -128,56 +116,16 @@ def _runtime(cfg: TrainConfig) -> Runtime:
     return Runtime(rank=rank, world=world, device=device, autocast_dtype=autocast_dtype)
 
 
-def plan_run(cfg: TrainConfig, ds: PackedDataset, world: int = 1) -> Plan:
-    """Check the config against the dataset and the data-parallel world; UserError on any mismatch."""
-    m = cfg.model
-    if ds.seq_len != m.seq_len:
+def _check_loop_draws(state: dict[str, Any], plan: Plan, step: int, checkpoint: Path | None) -> None:
+    """A resumed depth-sampled run must continue the checkpoint's draws: the draws per step follow the
+    micro-batches per step (micro_batch and the number of processes), which may not change under it."""
+    stored = state.get("loop_draws", 0)
+    if stored != plan.schedule.draws_before(step):
         raise UserError(
-            f"model.seq_len {m.seq_len} differs from the dataset's T={ds.seq_len} ({ds.path}); "
-            f"set model.seq_len: {ds.seq_len}"
+            f"checkpoint {checkpoint} used {stored} depth draws in {step} steps, but this run draws "
+            f"{plan.schedule.micro_batches} per step (one per micro-batch); resume with the micro_batch and "
+            "number of processes the run started with"
         )
-    if m.vocab_size < ds.vocab_size:
-        raise UserError(
-            f"model.vocab_size {m.vocab_size} is smaller than the dataset's vocabulary "
-            f"{ds.vocab_size}; set model.vocab_size: {ds.vocab_size}"
-        )
-    ds.num_rows("train")  # UserError when the split is missing or empty
-    val_split_rows = ds.num_rows("val")
-    for split in ("train", "val"):
-        ds.check(split)  # UserError when a shard is missing or truncated, before anything is written
-    if ds.tokenizer_path is not None:
-        ds.tokenizer()  # UserError when tokenizer.json does not load
-    f = flops_per_token(m)
-    steps = cfg.steps if cfg.steps is not None else steps_for_budget(cfg.budget, f, cfg.batch_tokens)
-    if cfg.batch_rows % world:
-        raise UserError(
-            f"batch of {cfg.batch_rows} sequences does not split over {world} data-parallel ranks; "
-            f"make batch_tokens a multiple of {m.seq_len * world}"
-        )
-    rows_per_rank = cfg.batch_rows // world
-    micro = cfg.micro_batch or rows_per_rank
-    if rows_per_rank % micro:
-        raise UserError(
-            f"micro_batch {micro} does not divide the {rows_per_rank} sequences per rank and step"
-        )
-    val_available = val_split_rows * m.seq_len
-    val_tokens = cfg.data.val_tokens or val_available
-    if val_tokens > val_available:
-        raise UserError(
-            f"data.val_tokens {val_tokens:,} exceeds the {val_available:,} target tokens of the val "
-            f"split of {ds.path}; lower data.val_tokens"
-        )
-    return Plan(
-        steps=steps,
-        tokens=steps * cfg.batch_tokens,
-        lr_tokens=lr_data_tokens(cfg, f),
-        flops_per_token=f,
-        rows_per_rank=rows_per_rank,
-        micro_batch=micro,
-        val_tokens=val_tokens,
-        val_rows=math.ceil(val_tokens / m.seq_len),
-        train_epochs=ds.epochs_for("train", steps * cfg.batch_rows),
-    )
 
 
 def _check_resumable(run_dir: Path, cfg: TrainConfig, resume: bool) -> dict[str, Any] | None:
@@ -189,7 +137,8 @@ def _check_resumable(run_dir: Path, cfg: TrainConfig, resume: bool) -> dict[str,
         raise UserError(
             f"{run_dir} already holds a run; pass --resume to continue it or choose another --out"
         )
-    stored = load_yaml(config_path)
+    # read as a config, so that a field added since the run started compares at its default
+    stored = to_dict(from_dict(TrainConfig, load_yaml(config_path), str(config_path)))
     new = to_dict(cfg)
     stored_flat, new_flat = _flatten(stored), _flatten(new)
     differing = [
@@ -267,16 +216,18 @@ def _all_reduce_mean(tensors: list[torch.Tensor], world: int) -> None:
 
 
 def accumulate_gradients(
-    step_fn, model: torch.nn.Module, rows: torch.Tensor, micro_batch: int, rt: Runtime
+    step_fn, model: torch.nn.Module, rows: torch.Tensor, micro_batch: int, rt: Runtime,
+    loops: list[int] | None = None,
 ) -> float:
     """Forward + backward of this rank's ``rows`` [n, T + 1] in micro-batches, gradients averaged over the
-    micro-batches and the data-parallel ranks; returns the mean training loss of the global batch (nats)."""
+    micro-batches and the data-parallel ranks; returns the mean training loss of the global batch (nats).
+    ``loops``: the loop count of each micro-batch (default: the model's r for every one)."""
     n_micro = rows.size(0) // micro_batch
     loss_sum = torch.zeros((), device=rt.device)
     for i in range(n_micro):
         chunk = rows[i * micro_batch : (i + 1) * micro_batch]
         with rt.autocast():
-            loss = step_fn(chunk[:, :-1], chunk[:, 1:])
+            loss = step_fn(chunk[:, :-1], chunk[:, 1:], r=None if loops is None else loops[i])
         (loss / n_micro).backward()
         loss_sum += loss.detach().float()
     grads = [p.grad for p in model.parameters() if p.grad is not None]
@@ -356,6 +307,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
     if latest is not None:
         state = ckpt.load_checkpoint(latest, model, optimizers)
     start_step = int(state["step"])
+    _check_loop_draws(state, plan, start_step, latest)
     metrics_path = run_dir / "metrics.jsonl"
     if rt.is_main:
         claim_folder(run_dir, "run")  # a folder loopscale did not create is refused, its files kept
@@ -379,6 +331,11 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
         "budget": cfg.budget,
         "tokens": plan.tokens,
         "steps": plan.steps,
+        # training FLOPs of the whole run as executed (a loop-count recipe's loops), and what its tokens cost
+        # at r; equal without a recipe. mean_loops: the loop count per micro-batch, averaged over the run.
+        "executed_flops": plan.schedule.executed_flops(),
+        "nominal_flops": plan.schedule.nominal_flops(),
+        "mean_loops": float(plan.schedule.loops.mean()),
         "batch_tokens": cfg.batch_tokens,
         "d_ref": reference_tokens(cfg.model, cfg.optim),
         "lr_tokens": plan.lr_tokens,
@@ -395,6 +352,8 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
         wall = state["wall_time_s"] + time.perf_counter() - started
         tokens_done = steps_done * cfg.batch_tokens
         tokens_per_s = tokens_done / state["train_time_s"] if state["train_time_s"] > 0 else None
+        executed = plan.schedule.executed_flops(steps_done)
+        flops_per_s = executed / state["train_time_s"] if tokens_per_s else None
         result = {
             "status": status,
             "reason": reason,
@@ -405,9 +364,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
             "wall_time_s": wall,
             "train_time_s": state["train_time_s"],
             "tokens_per_s": tokens_per_s,
-            "mfu": (plan.flops_per_token * tokens_per_s / (peak * rt.world))
-            if tokens_per_s and peak
-            else None,
+            "mfu": flops_per_s / (peak * rt.world) if flops_per_s and peak else None,
             "peak_flops": peak,
             # this process's span in unix seconds (a resumed run: the last process only); the sweep report
             # takes the union of its runs' spans as the sweep's busy wall time
@@ -443,7 +400,8 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
             set_lr(optimizers, lr_mult)
             block = ds.rows("train", step * cfg.batch_rows, cfg.batch_rows)[rt.rank :: rt.world]
             rows = torch.from_numpy(block).to(rt.device)
-            train_loss = accumulate_gradients(step_fn, model, rows, plan.micro_batch, rt)
+            loops = plan.rank_loops(step, rt.rank)
+            train_loss = accumulate_gradients(step_fn, model, rows, plan.micro_batch, rt, loops)
             if not math.isfinite(train_loss):
                 bar.close()
                 return finish(
@@ -462,7 +420,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
             state["train_time_s"] += dt
             done = step + 1
             tokens_per_s = cfg.batch_tokens / dt
-            mfu = plan.flops_per_token * tokens_per_s / (peak * rt.world) if peak else math.nan
+            mfu = plan.schedule.step_flops(step) / dt / (peak * rt.world) if peak else math.nan
             if metrics is not None and (done % cfg.log_every == 0 or done == plan.steps):
                 record = {
                     "step": done,
@@ -473,6 +431,9 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
                     "tokens_per_s": tokens_per_s,
                     "mfu": mfu,
                 }
+                if plan.schedule.varies:  # every micro-batch's loop count (all ranks), executed FLOPs so far
+                    record.update(loops=plan.schedule.loops_at(step),
+                                  flops=plan.schedule.executed_flops(done))
                 metrics.write(json.dumps(record) + "\n")
                 metrics.flush()
                 tracker.log(record, done)
@@ -490,6 +451,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
                         {
                             "train_loss": train_loss,
                             "next_row": done * cfg.batch_rows,
+                            "loop_draws": plan.schedule.draws_before(done),
                             "train_time_s": state["train_time_s"],
                             "wall_time_s": state["wall_time_s"] + now - started,
                             "config": to_dict(cfg),

@@ -177,11 +177,12 @@ def muonh_lr(optim: OptimConfig, model: ModelConfig, batch_tokens: int, tokens: 
 def peak_learning_rates(
     optim: OptimConfig, model: ModelConfig, batch_tokens: int, tokens: float
 ) -> dict[str, float]:
-    """Peak LR of every parameter group ("matrix", "embed", "unembed", "norm", "hc") after the transfer rules;
-    ``batch_tokens`` is B and ``tokens`` the data-rule D (``lr_data_tokens``), both in tokens.
+    """Peak LR of every parameter group ("matrix", "embed", "unembed", "norm", "hc", "injection") after the
+    transfer rules; ``batch_tokens`` is B and ``tokens`` the data-rule D (``lr_data_tokens``), both in tokens.
 
-    wte and lm_head get the width and batch factors; the norm gains and HC scalars the width factor only (the
-    released script passes its batch scale to the embedding and unembedding LRs alone; method §7.3). Under the
+    wte and lm_head get the width and batch factors; the norm gains, HC scalars and Parcae's injection the
+    width factor only (the released script passes its batch scale to the embedding and unembedding LRs alone;
+    method §7.3; Parcae's injection, not in the paper, follows the HC scalars' rule). Under the
     "adamw" recipe the matrix group follows the wte/lm_head rule (width and batch, no data factor).
     """
     width = width_factor(optim, model.width)
@@ -196,6 +197,7 @@ def peak_learning_rates(
         "unembed": optim.unembed_lr * adam,
         "norm": optim.norm_lr * width,
         "hc": optim.hc_lr * width,
+        "injection": optim.injection_lr * width,
     }
 
 
@@ -209,16 +211,16 @@ def build_optimizers(
 ) -> list[torch.optim.Optimizer]:
     """The run's optimisers over ``model.param_groups()``: [MuonH(matrix), AdamW(rest)] or [AdamW(all)].
 
-    Every param group carries ``name`` and ``peak_lr``; ``set_lr`` applies the schedule to them.
+    Every param group carries ``name`` and ``peak_lr``; ``set_lr`` applies the schedule to them. Parcae's
+    injection ("injection") never decays, whatever ``optim.weight_decay`` says.
     """
     groups = model.param_groups()
     adam_groups = []
-    names = ["embed", "unembed", "norm", "hc"] + (["matrix"] if optim.recipe == "adamw" else [])
+    names = ["embed", "unembed", "norm", "hc", "injection"] + (["matrix"] if optim.recipe == "adamw" else [])
     for name in names:
         if groups[name]:
-            adam_groups.append(
-                {"params": groups[name], "lr": peak_lrs[name], "peak_lr": peak_lrs[name], "name": name}
-            )
+            group = {"params": groups[name], "lr": peak_lrs[name], "peak_lr": peak_lrs[name], "name": name}
+            adam_groups.append({**group, "weight_decay": 0.0} if name == "injection" else group)
     optimizers: list[torch.optim.Optimizer] = []
     if optim.recipe == "muonh" and groups["matrix"]:
         muon = MuonH(

@@ -79,6 +79,12 @@ def _run_id(run_dir: Path) -> str:
     return run_id
 
 
+def _history(metrics: dict[str, Any]) -> dict[str, Any]:
+    """A metrics.jsonl line as tracker history: all but the step and lists (a loop-count recipe's per
+    micro-batch loop counts stay in metrics.jsonl)."""
+    return {k: v for k, v in metrics.items() if k != "step" and not isinstance(v, list)}
+
+
 def _scalars(result: dict[str, Any]) -> dict[str, Any]:
     """The result's flat numbers and strings (config, peak_lrs and other nested parts are left out)."""
     return {
@@ -103,7 +109,7 @@ class _WandbTracker(Tracker):
         )
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
-        self.run.log({k: v for k, v in metrics.items() if k != "step"}, step=step)
+        self.run.log(_history(metrics), step=step)
 
     def finish(self, result: dict[str, Any] | None) -> None:
         if result is not None:
@@ -127,7 +133,7 @@ class _TrackioTracker(Tracker):
             )
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
-        self.run.log({k: v for k, v in metrics.items() if k != "step"}, step=step)
+        self.run.log(_history(metrics), step=step)
 
     def finish(self, result: dict[str, Any] | None) -> None:
         if result is not None:  # trackio has no run summary: the result is the last logged step
