@@ -12,6 +12,10 @@ dir=${1:?usage: scripts/commit_sweep.sh SWEEP_DIR [MESSAGE]}
 paths=("$dir/sweep.yaml")
 [ -f "$dir/results.csv" ] && paths+=("$dir/results.csv")
 [ -f "$dir/executor.json" ] && paths+=("$dir/executor.json")  # the thread policy a bare resume reuses
+# a `loopscale price` folder: its looks and report (written after every look)
+for f in price.json report.md report.html loss_change_by_r.png loss_change_by_r.svg; do
+  [ -f "$dir/$f" ] && paths+=("$dir/$f")
+done
 done_runs=0
 for run in "$dir"/runs/*/; do
   paths+=("${run}run.yaml")
