@@ -49,7 +49,10 @@ def case_study(
     doc = compare_arms(base, variant, name=name, **settings)
     key = [delta_phi_figure(doc, out_dir / "delta_phi_per_budget")]
     if doc.get("effects"):
-        key.insert(0, effects_figure(doc, out_dir / "loss_change_by_r"))
+        key[:0] = [
+            effects_figure(doc, out_dir / "loss_change_by_r"),
+            excess_width_figure(doc, out_dir / "excess_by_width"),
+        ]
     arms = isoflop_arms_figure(make_arms(base, variant), out_dir / "isoflop_arms")
     return to_json(doc), _section(doc, arms), [Image(path, caption(path)) for path in key]
 
@@ -226,6 +229,56 @@ def effect_blocks(e: dict) -> list:
     )
     details = Bullets([design_text(e)] + ([shape_text(e)] if e["trend"] is not None else []))
     return [intro, details, per_r, per_width, models, calibration, note]
+
+
+def excess_width_figure(doc: dict, stem: Path) -> Path:
+    """The pairs' excess (beyond the token part) against width, per r, with each (r, width) cluster's mean
+    and the chosen model's left-over slope along log width (``fit.effects.width_trend``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from loopscale.fit.plots import _r_colors
+
+    e = doc["effects"]
+    rows = e["pairs"]
+    rs = sorted({row["r"] for row in rows})
+    colors = _r_colors(rs)
+    fig, ax = plt.subplots(figsize=(8.0, 4.4))
+    rng = np.random.default_rng(0)
+    for r in rs:
+        pts = [row for row in rows if row["r"] == r]
+        widths = np.array([row["width"] for row in pts])
+        face = "white" if r == 1 else colors[r]
+        x = widths * np.exp(rng.uniform(-0.03, 0.03, len(pts)))
+        ax.plot(x, [row["excess"] for row in pts], "o", ms=3.5, alpha=0.5, color=colors[r], mfc=face)
+        means = [
+            (w, np.mean([row["excess"] for row in pts if row["width"] == w])) for w in sorted(set(widths))
+        ]
+        ax.plot(*zip(*means), "s-", color=colors[r], mfc=face, ms=6, lw=1.2, label=f"r = {r}: mean per width")
+    trend = e.get("trend")
+    if trend is not None:
+        widths = np.array(sorted({row["width"] for row in rows}))
+        centre = float(np.mean([row["excess"] for row in rows]))
+        x = np.log10(widths) - np.mean(np.log10([k[1] for k in _cluster_keys(rows)]))
+        ax.plot(widths, centre + trend["slope"] * x, "k--", lw=1.5,
+                label=f"left-over slope {trend['slope']:+.3f} per decade {_ci(trend['ci'])}")  # fmt: skip
+    ax.axhline(0.0, color="black", lw=0.7)
+    ax.set_xscale("log")
+    ax.minorticks_off()
+    ticks = sorted({row["width"] for row in rows})
+    ax.set_xticks(ticks, [f"{w:.0f}" for w in ticks])
+    ax.set_xlabel("width d")
+    ax.set_ylabel("excess beyond the token part (nats)")
+    ax.set_title(f"{doc['name']}: is it one constant? excess per matched pair against width", fontsize=10)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    fig.tight_layout()
+    return save_figure(fig, stem)
+
+
+def _cluster_keys(rows: list[dict]) -> list[tuple[int, float]]:
+    return sorted({(row["r"], row["width"]) for row in rows})
 
 
 def effects_figure(doc: dict, stem: Path) -> Path:

@@ -107,6 +107,10 @@ def caption(path: Path) -> str:
         "budget, width, r and seed; colour: budget) against r, its mean per r (±2 SE), and what each effect "
         "model predicts (base-law token part + the model's excess; the chosen one bold): a change of φ must "
         "grow with r, an offset is flat, a token gain follows the token part.",
+        "excess_by_width": "Is it one constant? The excess of every seed-matched pair beyond the base law's "
+        "token part against width (log x; colour: r, r = 1 pairs hollow), the mean per (r, width) "
+        "cluster, and the slope of the excess left beyond the chosen model along log width with its "
+        "interval: a constant effect leaves a flat band, one that grows with size a slope.",
         "isoflop": "Iso-FLOP curves per r: observed final validation loss (points), the fitted joint law "
         "(lines), the parabola in log N (dotted) and its vertex (star) where bracketed; cells marked "
         '"not bracketed" have no vertex.',

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from loopscale.fit.case_study import effect_sentence, errors_text
 from loopscale.io import atomic_write_text
-from loopscale.report.compare import effect_blocks, effects_figure
+from loopscale.report.compare import effect_blocks, effects_figure, excess_width_figure
 from loopscale.report.document import Document, Image, Section, Table
 from loopscale.report.figures import caption
 
@@ -30,7 +30,11 @@ def verdict(doc: dict) -> str:
 
 def write_price_report(doc: dict, out: Path) -> Path:
     """report.md and report.html in ``out`` with the figure beside them → report.md's path."""
-    figure = effects_figure({"name": doc["recipe"], "effects": doc["effects"]}, out / "loss_change_by_r")
+    named = {"name": doc["recipe"], "effects": doc["effects"]}
+    figures = [
+        effects_figure(named, out / "loss_change_by_r"),
+        excess_width_figure(named, out / "excess_by_width"),
+    ]
     looks = Table(
         [
             "look",
@@ -63,7 +67,7 @@ def write_price_report(doc: dict, out: Path) -> Path:
     report = Document(
         title=f"Price of {doc['recipe']} against {doc['base']}",
         lead=[f"**{verdict(doc)}**"],
-        key_figures=[Image(figure, caption(figure))],
+        key_figures=[Image(figure, caption(figure)) for figure in figures],
         sections=[
             Section(
                 "Looks",

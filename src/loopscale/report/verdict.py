@@ -16,7 +16,7 @@ BELOW_BIGRAM_SHARE = 0.9
 
 
 def pipeline_check(below_bigram: tuple[int, int, float] | None) -> str | None:
-    """"most runs are above a bigram table (4.078 nats): a pipeline check, not a measurement" when fewer
+    """ "most runs are above a bigram table (4.078 nats): a pipeline check, not a measurement" when fewer
     than ``BELOW_BIGRAM_SHARE`` of the finished runs beat it (``below_bigram`` = (below, finished, bigram
     loss in nats)); None otherwise or without baselines."""
     if below_bigram is None:
