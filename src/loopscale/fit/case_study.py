@@ -359,6 +359,19 @@ def shape_text(e: dict) -> str:
     )
 
 
+def wild_text(e: dict) -> str | None:
+    """The wild cluster bootstrap's second opinion on the rule's tests, in one line (None without it)."""
+    wild = e.get("wild_cluster")
+    if not wild:
+        return None
+    names = {"every": "every model", "offset": "offset", "delta_phi": "delta phi"}
+    ps = ", ".join(f"{names[t]} {p_text(p)}" for t, p in wild["p"].items())
+    return (
+        f"second opinion on the tests: wild cluster bootstrap-t (restricted, Webb weights, {wild['draws']} "
+        f"tables; the pairs' noise only, not the base law's): {ps}"
+    )
+
+
 def effect_lines(e: dict) -> list[str]:
     """The pairs' effect models as text lines: per r, what the design separates, each model's fit, the
     tests, the shape left, the calibration."""
@@ -387,6 +400,8 @@ def effect_lines(e: dict) -> list[str]:
         f"  tests (Monte Carlo p, {e['simulations']} simulated tables per null; intervals at {level} = "
         f"estimate +- c*SE, c the same test's critical value): {_tests_text(e)[1:-1]}"
     )
+    if wild_text(e):
+        lines.append(f"  {wild_text(e)}")
     if e["trend"] is not None:
         lines.append(f"  {shape_text(e)}")
     cal = e["calibration"]

@@ -57,6 +57,7 @@ from loopscale.fit.effect_rule import (
     submodels,
     t_critical,
     term_p,
+    wild_cluster_p,
 )
 from loopscale.fit.fitter import LawFit, design_for
 from loopscale.fit.law import PARAMS, PHI, log_prediction
@@ -69,6 +70,7 @@ SIMULATIONS = 2000  # simulated tables per truth (null distributions and the att
 # Offset and Δφ count as separable where the cosine of their columns over the looped pairs is at most this
 # (a variance inflation of 1/(1 − 0.995²) ≈ 100: each estimate's SE ten times what it would be alone).
 SEPARABLE_COS = 0.995
+WILD_DRAWS = 1999  # wild cluster bootstrap tables (the CR1 tests' second opinion)
 CANCEL_RATIO = 3.0  # a term this many times the largest observed cluster-mean excess: terms cancelling
 
 
@@ -416,6 +418,11 @@ def analyse_pairs(
             "p": term_p(stat, rule.null[t]),
         }
     names = {model_name(m): m for m in fits}
+    wild = None
+    if seed_noise is None:  # a second opinion on the rule's tests of the full model's terms (CR1 only)
+        x = sim.columns(available, slope_fit)
+        ps = wild_cluster_p(excess, x, pairs.cluster, WILD_DRAWS, np.random.default_rng(seed + 31))
+        wild = {"p": dict(zip(available, ps)), "draws": WILD_DRAWS, "weights": "webb"}
     return {
         "pairs": _pair_rows(pairs, change, token_fit, excess, fits),
         "n_pairs": len(pairs),
@@ -432,6 +439,7 @@ def analyse_pairs(
         "separability": split,
         "models": {name: {**_public(fits[m]), "terms": list(m)} for name, m in names.items()},
         "tests": tests,
+        "wild_cluster": wild,
         "chosen": chosen,
         "chosen_terms": list(chosen_terms),
         "cancelling": cancelling,

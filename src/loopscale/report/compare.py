@@ -22,6 +22,7 @@ from loopscale.fit.case_study import (
     p_text,
     shape_text,
     to_json,
+    wild_text,
 )
 from loopscale.fit.compare import PAPER_EFFECTS, make_arms
 from loopscale.fit.labels import flops_label
@@ -227,7 +228,9 @@ def effect_blocks(e: dict) -> list:
         "model, with each model (at its fit to these pairs, or Δφ alone at the paper's sizes) as the truth; "
         "coverage: the true model's intervals holding the true values."
     )
-    details = Bullets([design_text(e)] + ([shape_text(e)] if e["trend"] is not None else []))
+    details = Bullets(
+        [design_text(e)] + [text for text in (wild_text(e), e["trend"] and shape_text(e)) if text]
+    )
     return [intro, details, per_r, per_width, models, calibration, note]
 
 
