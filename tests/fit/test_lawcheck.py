@@ -331,3 +331,17 @@ def test_phi_halves_give_each_ci_end_its_monte_carlo_range():
         for end, (a, b) in zip(row["ci"], row["ci_mc"]):
             assert (a is None or a <= end) and (b is None or end <= b)
         json.dumps(row)
+
+
+def test_a_lack_of_fit_below_one_percent_is_never_called_holds(monkeypatch):
+    """Issue 42: the published truncated-BPTT arm passed the family level with a lack of fit p = 0.0022 and
+    its report said "holds" beside it. The same check with such a lack of fit says "not rejected"."""
+    from loopscale.fit import lawcheck
+
+    table = load_table(simulated_grid(noise=0.01, seed=1))
+    fit = fit_law(table, restarts=40)
+
+    real = lawcheck.lack_of_fit
+    monkeypatch.setattr(lawcheck, "lack_of_fit", lambda *a: {**real(*a), "p": 0.0022})
+    doc = check_law(table, fit, noise=0.01, resamples=0, restarts=5)
+    assert doc["verdict"] == "not rejected" and "not confirmed" in doc["headline"]

@@ -146,7 +146,8 @@ def _sweep(run: Path, out: Path) -> list[str]:
         lines += ["", f"φ = {phi:.3f}{ci_text}, fitted{runs_text} to {law}."]
     check = fit.get("law_check") or {}
     caveat = {"rejected": " (φ is then an average over the runs, not a measurement)",
-              "inconclusive": " (φ is then no measurement: the runs are too few to test the law)"}
+              "inconclusive": " (φ is then no measurement: the runs are too few to test the law)",
+              "not rejected": " (φ is then no measurement: the law's lack of fit is below 1%)"}
     if check.get("verdict"):
         headline = relative_text(str(check.get("headline") or ""), out)
         lines += ["", f"Law check: **{check['verdict']}**" + (f" — {headline}" if headline else "")

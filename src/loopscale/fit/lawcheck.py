@@ -22,7 +22,8 @@ whether the law itself holds on the runs, with tests that each have a known dist
 
 **Verdict.** "rejected" when any test's p-value is below ``FAMILY_LEVEL`` / (number of tests) (Bonferroni:
 at most a 1% chance of a false alarm when the law holds with iid errors); otherwise "holds" when the φ-trend
-test had power ≥ 0.8 to see φ drift as fast as a real looped sweep's did (``fit.power``), "inconclusive"
+test had power ≥ 0.8 to see φ drift as fast as a real looped sweep's did (``fit.power``) and the lack of
+fit is not below 1% ("not rejected" where it is: the law passes the family level, unconfirmed), "inconclusive"
 when it had not (too few runs to reject the law is no evidence for it); "untestable" when the table has
 fewer than 3 budgets (drift across budgets, the law's central claim, cannot be checked).
 The headline names the strongest evidence. ``selected_form`` is the form with the lowest pooled
@@ -536,6 +537,7 @@ def _verdict(doc: dict, power) -> None:
             )
             lof = (doc.get("lack_of_fit") or {}).get("p")
             if lof is not None and lof < LACK_OF_FIT_CAUTION:  # passes the family level, not a clean fit
+                doc["verdict"] = "not rejected"  # never "holds" beside a lack of fit below 1% (issue 42)
                 doc["headline"] = (
                     f"the law is not rejected on these runs (none of {len(tests)} tests rejects one constant "
                     f"phi at {level}), but its lack of fit has p = {lof:.2g}: not rejected, not confirmed"

@@ -265,7 +265,7 @@ class Protocol:
                     + ", ".join(outside[:6])
                     + (" …" if len(outside) > 6 else "")
                 )
-        if check.get("verdict") in ("holds", "inconclusive", "rejected"):
+        if check.get("verdict") in ("holds", "not rejected", "inconclusive", "rejected"):
             lines += ["", *law_check_lines(check)]
         template = self.settings.get("template")
         if template:

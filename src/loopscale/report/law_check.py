@@ -60,7 +60,7 @@ def law_check_section(doc, figure: Path | None = None) -> Section:
         )
     blocks: list = []
     # the verdict is the report's first line; an untestable one gives its reasons there, the others here
-    if check.get("reasons") and check.get("verdict") in ("rejected", "inconclusive", "holds"):
+    if check.get("reasons") and check.get("verdict") in ("rejected", "inconclusive", "holds", "not rejected"):
         reasons = Bullets([str(reason) for reason in check["reasons"]])
         blocks += [f"The tests behind the verdict ({check['verdict']}):", reasons]
     blocks.append(_noise_text(check))

@@ -38,7 +38,7 @@ def law_verdict(doc) -> str:
         return "law not checked (fit.json predates the law check)"
     reasons = "; ".join(r for r in check.get("reasons") or [] if r)
     verdict = check.get("verdict")
-    if verdict in ("rejected", "inconclusive"):
+    if verdict in ("rejected", "inconclusive", "not rejected"):
         return check.get("headline") or f"the law check is {verdict}: {reasons or 'no reason recorded'}"
     if verdict == "holds":  # its headline without φ, which the report gives with its interval next
         headline = re.split(r";\s*(?:phi|φ)\s*=", check.get("headline") or "")[0].strip()
@@ -75,7 +75,7 @@ def _unconfirmed(doc) -> str:
     verdict = (doc.get("law_check") or {}).get("verdict")
     if verdict == "inconclusive":
         return "given a law these runs are too few to test"
-    if verdict == "holds":
+    if verdict in ("holds", "not rejected"):
         return f"given a law not rejected (lack of fit p = {_lack_of_fit_p(doc):.2g}), not confirmed"
     return "given a law not checked on these runs"
 
