@@ -5,6 +5,7 @@ known truth, on the two published case-study arms, and that a named effect's pri
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loopscale.errors import UserError
-from loopscale.fit.case_study import effect_sentence
 from loopscale.fit.compare import make_arms
 from loopscale.fit.effect_rule import (
     cluster_robust,
@@ -22,6 +22,7 @@ from loopscale.fit.effect_rule import (
     noise_components,
     wild_cluster_p,
 )
+from loopscale.fit.effect_text import effect_sentence
 from loopscale.fit.effects import analyse_pairs, match_pairs, with_base_fit
 from loopscale.fit.fitter import fit_law
 from loopscale.fit.law import law_loss
@@ -279,3 +280,30 @@ def test_the_wild_cluster_bootstrap_rejects_a_clear_effect_and_keeps_its_size_un
     assert wild_cluster_p(0.02 * x[:, 1] + noise(), x, cluster, 499, rng)[1] < 0.01
     nulls = [wild_cluster_p(0.05 + noise(), x, cluster, 199, rng)[1] for _ in range(200)]
     assert np.mean(np.array(nulls) < 0.05) <= 0.08
+
+
+def _shapes(doc: dict) -> dict:
+    return {row["shape"]: row for row in doc["shapes"]}
+
+
+def test_a_data_multiplier_is_a_shape_the_pairs_allow_and_is_measured():
+    """Every looped run of the variant trains as if on 1.5x its (recorded) tokens: the excess shrinks with D;
+    the D-multiplier shape describes it and measures ln 1.5 (to first order)."""
+    base, variant = _arms(noise=0.002)
+    loss = _law(variant, tokens_factor=1.5) + np.random.default_rng(9).normal(0, 0.002, len(variant))
+    doc = _analyse(base, dataclasses.replace(variant, loss=loss))
+    d = _shapes(doc)["D multiplier"]
+    # linear in ln m: 1.5^-β − 1 is 6% smaller than −β·ln 1.5 at β = 0.28, and the estimate reads it so
+    assert d["consistent"] and d["ci"][0] < 0.944 * math.log(1.5) < d["ci"][1]
+    assert not _shapes(doc)["offset"]["consistent"]  # it shrinks with D: not flat
+
+
+def test_an_effect_growing_with_width_is_not_called_a_constant():
+    """Hyperconnections' shape, known: −0.06 nats on looped runs plus −0.14 per decade of width."""
+    base, variant = _arms(noise=0.002)
+    centred = np.log10(variant.width) - np.log10(variant.width).mean()
+    doc = _analyse(base, dataclasses.replace(variant, loss=variant.loss - 0.06 - 0.14 * centred))
+    shapes = _shapes(doc)
+    assert shapes["width slope"]["consistent"] and not shapes["offset"]["consistent"]
+    assert shapes["width slope"]["ci"][0] < -0.14 < shapes["width slope"]["ci"][1]
+    assert doc["trend"]["varies"] and "not one constant" in effect_sentence(doc)

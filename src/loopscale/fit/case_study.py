@@ -27,6 +27,7 @@ from loopscale.fit.compare import (
     trend_change,
 )
 from loopscale.fit.effect_rule import REFERENCE_EFFECTS
+from loopscale.fit.effect_text import delta_phi_story, effect_lines, effect_sentence, fmt_ci, p_text
 from loopscale.fit.effects import analyse_pairs
 from loopscale.fit.fitter import fit_law
 from loopscale.fit.priors import NO_LAW_CHECK, Held, fixed_lines, fixed_settings
@@ -115,14 +116,6 @@ def loop_tax(t: RunTable) -> list[dict]:
     return cell_gaps(parabola_minima(t))
 
 
-def _fmt_ci(ci) -> str:
-    return "no interval" if ci is None else f"[{ci[0]:+.3f}, {ci[1]:+.3f}]"
-
-
-def p_text(p) -> str:
-    return "p n/a" if p is None or not math.isfinite(p) else (f"p = {p:.2g}" if p >= 1e-4 else "p < 1e-4")
-
-
 def _rejected_arms(doc: dict) -> str:
     """'the base and variant arms' whose law check rejects one constant φ ('' when none does)."""
     arms = [arm for arm, check in (doc["law_check"] or {}).items() if check["verdict"] == "rejected"]
@@ -140,7 +133,7 @@ def mc_text(d: dict) -> str:
         if d["resamples"] > d["resamples_requested"]
         else ""
     )
-    return f"Monte Carlo range of the {side} end {_fmt_ci(near)}{grown}"
+    return f"Monte Carlo range of the {side} end {fmt_ci(near)}{grown}"
 
 
 def verdict(doc: dict) -> str:
@@ -160,291 +153,6 @@ def verdict(doc: dict) -> str:
         else ""
     )
     return lead + _delta_phi_sentence(doc) + given
-
-
-def _p(test: dict) -> str:
-    return p_text(test["p"])
-
-
-def _term(m: dict, t: str, unit: str = "") -> str:
-    return f"{m['estimate'][t]:+.3f}{unit} {_fmt_ci(m['ci'][t])}"
-
-
-def _tests_text(e: dict) -> str:
-    """The rule's tests in one parenthesis: excess beyond tokens, then each term beyond the others."""
-    labels = {"every": "every model", "offset": "an offset beyond delta phi", "delta_phi": "delta phi beyond "
-              "an offset"}  # fmt: skip
-    if "delta_phi" not in e["available"]:
-        labels["offset"] = (
-            "looped models beyond every model" if "every" in e["available"] else "looped models"
-        )
-    parts = [f"excess beyond tokens: {_p(e['tests']['any'])}"]
-    parts += [f"{labels[t]}: {_p(e['tests'][t])}" for t in e["available"]]
-    return "(" + "; ".join(parts) + ")"
-
-
-def _width_profile(e: dict, looped: bool) -> str:
-    """'-0.026 at d = 32 to -0.102 at d = 80': the mean loss change at the smallest and largest width."""
-    rows = [row for row in e["per_width"] if row["looped"] == looped]
-    lo, hi = rows[0], rows[-1]
-    return f"{lo['change']:+.3f} at d = {lo['width']:.0f} to {hi['change']:+.3f} at d = {hi['width']:.0f}"
-
-
-def _trend_text(e: dict) -> str:
-    tr = e["trend"]
-    return f"{tr['slope']:+.3f} nats per decade of width {_fmt_ci(tr['ci'])}"
-
-
-def _not_separable(e: dict) -> str:
-    sep = e["separability"]
-    why = (
-        f"one looped r ({sep['looped_r'][0]})"
-        if sep["reason"] == "one looped r"
-        else f"their columns' cosine {sep['cosine']:.4f} > {sep['bound']}"
-    )
-    return (
-        f"an offset and a change of phi are not separable on this design ({why}): `loopscale design --reuse` "
-        "picks runs at other loop counts that would separate them"
-    )
-
-
-def _every_model_profile(e: dict, profile: str, tested: str) -> str:
-    """The verdict where plain models change with size: the recipe changes every model, with each scope's
-    profile along width and slope; 'plain ones most' only where the slopes' difference excludes 0."""
-    scopes = e["scope_trends"]
-    diff = scopes.get("difference")
-    most = ""
-    if diff and diff["varies"]:
-        most = ", plain ones most" if diff["slope"] * scopes["plain"]["slope"] > 0 else ", looped ones most"
-
-    def scope(name: str, looped: bool) -> str:
-        tr = scopes.get(name)
-        slope = "" if tr is None else f" ({tr['slope']:+.3f} nats per decade of width {_fmt_ci(tr['ci'])})"
-        return f"{name} {_width_profile(e, looped)}{slope}"
-
-    loop_part = (
-        ""
-        if e["separability"]["separable"]
-        else f"; what is loop-specific cannot be named: {_not_separable(e)}"
-    )
-    return (
-        f"the recipe changes every model, plain ones included{most}: not one constant along width: "
-        f"{scope('plain', False)}, {scope('looped', True)} ({profile}){loop_part} {tested}"
-    )
-
-
-def effect_sentence(e: dict) -> str:
-    """What the pairs say, in words and nats (``fit.effects.analyse_pairs``'s document): the named terms
-    with their intervals (each excludes 0: the rule names nothing else), the shape along width where one
-    constant does not fit, what the design cannot separate, and the tests."""
-    models, per_r, terms = e["models"], e["per_r"], e["chosen_terms"]
-    profile = (
-        "loss change "
-        + " / ".join(f"{v['change']:+.3f}" for v in per_r.values())
-        + f" nats at r = {' / '.join(per_r)}"
-    )
-    phi = models["delta phi"]
-    dphi = f"{phi['delta_phi']:+.3f} {_fmt_ci(phi['ci'].get('delta_phi'))}"
-    varies = e["trend"] is not None and e["trend"]["varies"]
-    shape = f"not one constant along width: looped {_width_profile(e, True)}" + (
-        f", plain {_width_profile(e, False)}" if "every" in e["terms"] else ""
-    )
-    shape += f" ({_trend_text(e)})"
-    tested = _tests_text(e)
-    anchors = (
-        "" if e["anchors"] == "paired"
-        else "; r = 1 models taken as unchanged (the variant has no r = 1 runs of its own to pair)"
-    )  # fmt: skip
-    separable = e["separability"]["separable"]
-    scopes = e.get("scope_trends") or {}
-    if e["chosen"] != "tokens only" and scopes.get("plain") and scopes["plain"]["varies"]:
-        return _every_model_profile(e, profile, tested)
-    if e["chosen"] == "tokens only":
-        ratio = float(np.mean([v["token_ratio"] for v in per_r.values()]))
-        predicted = " / ".join(f"{v['token_part']:+.3f}" for v in per_r.values())
-        what = (
-            f"a token gain, not a change of phi: at the same FLOPs it trains on {ratio:.2f}x the tokens, "
-            "and the "
-            if abs(ratio - 1) > 0.05
-            else "no effect beyond what N and D predict: the "
-        )
-        left = f"; but the excess left is {shape}" if varies else ""
-        tail = f"; delta phi {dphi}" if separable else f"; {_not_separable(e)}"
-        said = f"{what}{profile} is what the base law predicts from its N and D ({predicted})"
-        return f"{said}{left} {tested}{tail}{anchors}"
-    if e["chosen"] == "excess not attributed":
-        looped_mean = _term(models["offset"], "offset", " nats")
-        if e["cancelling"]:
-            why = (
-                "the model that fits has terms that cancel each other, each several times the largest change"
-            )
-        elif not separable:
-            why = _not_separable(e)
-        else:
-            why = "no term of it is named on this design"
-        return (
-            f"an excess of {looped_mean} beyond tokens on looped models ({profile}) that is not attributed: "
-            f"{why} {tested}{anchors}"
-        )
-    parts = []
-    if "every" in terms:
-        m = models[e["chosen"]]
-        most = (
-            ", plain ones most"
-            if abs(per_r["1"]["excess"]) > max(abs(v["excess"]) for r, v in per_r.items() if r != "1")
-            else ""
-        )
-        parts.append(
-            f"the recipe changes every model, plain ones included{most}: "
-            + (shape if varies else f"by {_term(m, 'every', ' nats')} on each")
-        )
-        if "offset" in terms and not varies:
-            parts.append(f"looped models by {_term(m, 'offset', ' nats')} more")
-        if not separable:
-            parts.append(f"what is loop-specific cannot be named: {_not_separable(e)}")
-    elif "offset" in terms:
-        m = models[e["chosen"]]
-        if varies:
-            parts.append(
-                f"not a change of phi: an effect on looped models that is {shape}, mean "
-                f"{_term(m, 'offset', ' nats')}"
-            )
-        elif separable:
-            parts.append(
-                f"not a change of phi: a constant {_term(m, 'offset', ' nats')} for every looped model"
-            )
-        else:
-            parts.append(f"looped models change by {_term(m, 'offset', ' nats')}: {_not_separable(e)}")
-    if "delta_phi" in terms:
-        m = models[e["chosen"]]
-        way = "raises" if m["delta_phi"] > 0 else "lowers"
-        alone = "" if "offset" in terms or "every" in terms else " (growing with r as a change of phi must)"
-        parts.append(f"{way} phi by {abs(m['delta_phi']):.3f} {_fmt_ci(m['ci']['delta_phi'])}{alone}")
-        if varies:
-            parts.append(f"what is left is {shape}")
-    offset_alone = "offset" in terms and "delta_phi" not in terms and separable
-    rejected = f"; the delta-phi-only model ({dphi}) is rejected" if offset_alone else ""
-    return "; ".join(parts) + f" ({profile}){rejected} {tested}{anchors}"
-
-
-def errors_text(e: dict) -> str:
-    """How the pairs' errors were treated, in words."""
-    err = e["errors"]
-    if err["kind"] == "cluster-robust":
-        return "errors cluster-robust over (r, width) clusters"
-    return (
-        f"errors taken as known: pair sd {err['sd']:.4f} nats (the base's seed noise, {err['df']} df) and an "
-        f"(r, width) sd {err['cluster_sd']:.4f} nats (the base law's own misfit per (r, width)), too few "
-        "pairs to estimate them"
-    )
-
-
-def design_text(e: dict) -> str:
-    """What the pairs' design can separate, in one line."""
-    sep = e["separability"]
-    return (
-        f"design: looped r {sep['looped_r']}; offset vs dL/dphi columns: cosine {sep['cosine']:.3f}, "
-        f"condition number {sep['condition']:.1f}; "
-        + ("separable" if sep["separable"] else _not_separable(e))
-    )
-
-
-def shape_text(e: dict) -> str:
-    """The excess left beyond the chosen model along width, and the heterogeneity left, in one line."""
-    tr, het = e["trend"], e["heterogeneity"]
-    return (
-        f"shape left beyond the chosen model, along width: {_trend_text(e)} ({p_text(tr['p'])}; "
-        f"{100 * tr['explained']:.0f}% of the cluster means' spread); heterogeneity left: (r, width) sd "
-        f"{het['cluster_sd']:.4f}, iid sd {het['iid_sd']:.4f}, I2 {het['i2']:.2f}"
-    )
-
-
-def wild_text(e: dict) -> str | None:
-    """The wild cluster bootstrap's second opinion on the rule's tests, in one line (None without it)."""
-    wild = e.get("wild_cluster")
-    if not wild:
-        return None
-    names = {"every": "every model", "offset": "offset", "delta_phi": "delta phi"}
-    ps = ", ".join(f"{names[t]} {p_text(p)}" for t, p in wild["p"].items())
-    return (
-        f"second opinion on the tests: wild cluster bootstrap-t (restricted, Webb weights, {wild['draws']} "
-        f"tables; the pairs' noise only, not the base law's): {ps}"
-    )
-
-
-def effect_lines(e: dict) -> list[str]:
-    """The pairs' effect models as text lines: per r, what the design separates, each model's fit, the
-    tests, the shape left, the calibration."""
-    lines = [
-        f"matched pairs (budget, width, r, seed): {e['n_pairs']} ({e['plain_pairs']} at r = 1) in "
-        f"{e['clusters']} (r, width) clusters; token part from the base law ({e['base_form']} form, "
-        f"{e['base_resamples']} bootstrap draws)"
-    ]
-    for r, v in e["per_r"].items():
-        lines.append(
-            f"  r = {r}: {v['pairs']} pairs, loss change {v['change']:+.4f} (sd {v['change_sd'] or 0:.4f}), "
-            f"token part {v['token_part']:+.4f} ({v['token_ratio']:.3f}x tokens), excess {v['excess']:+.4f}"
-        )
-    lines.append(f"  {design_text(e)}")
-    level = f"{100 * e['ci_level']:.0f}%"
-    for name, m in e["models"].items():
-        coefs = [
-            f"{t} {_term(m, t)} (c {m['critical'][t]:.2f}, SE {m['se'][t]:.4f}: pairs "
-            f"{m['se_pairs'][t]:.4f}, base law {m['se_base_law'][t]:.4f})"
-            for t in m["terms"]
-        ]
-        mark = " <- chosen" if name == e["chosen"] else ""
-        flag = " (terms cancel each other: never chosen)" if m["cancelling"] else ""
-        lines.append(f"  model {name}: {'; '.join(coefs) or 'no excess'}; RSS {m['rss']:.5f}{flag}{mark}")
-    lines.append(
-        f"  tests (Monte Carlo p, {e['simulations']} simulated tables per null; intervals at {level} = "
-        f"estimate +- c*SE, c the same test's critical value): {_tests_text(e)[1:-1]}"
-    )
-    if wild_text(e):
-        lines.append(f"  {wild_text(e)}")
-    if e["trend"] is not None:
-        lines.append(f"  {shape_text(e)}")
-    cal = e["calibration"]
-    worst = max(c["wrong_attribution"] for c in cal.values())
-    disagree = max(c["disagreement"] for c in cal.values())
-    cover = min((v for c in cal.values() for v in c["coverage"].values()), default=float("nan"))
-    lines.append(
-        "  the rule on tables simulated with each model as the truth: "
-        + "; ".join(f"{k}: names it {c['power']:.2f}" for k, c in cal.items())
-        + f"; wrong attribution at most {worst:.3f}; named with an interval holding 0 at most "
-        f"{disagree:.3f}; interval coverage at least {cover:.3f}"
-    )
-    return lines
-
-
-def delta_phi_story(doc: dict) -> str | None:
-    """One sentence where the shared fit, the separate fits and the pairs' Δφ-only model disagree in sign
-    or beyond their intervals, naming which to read and why (the pairs first, where their Δφ-only model is
-    not rejected); None where they agree or there are no pairs."""
-    e = doc.get("effects")
-    if not e:
-        return None
-    pairs = e["models"]["delta phi"]
-    estimates = {
-        "shared fit": (doc["delta_phi"]["estimate"], doc["delta_phi"]["ci"]),
-        "separate fits": (doc["delta_phi_separate"]["estimate"], doc["delta_phi_separate"]["ci"]),
-        "pairs": (pairs["delta_phi"], pairs["ci"].get("delta_phi")),
-    }
-    signs = {bool(v > 0) for v, _ in estimates.values()}
-    cis = [ci for _, ci in estimates.values() if ci is not None]
-    apart = any(a[1] < b[0] or b[1] < a[0] for a in cis for b in cis)
-    if len(signs) == 1 and not apart:
-        return None
-    listed = ", ".join(f"{k} {v:+.3f} {_fmt_ci(ci)}" for k, (v, ci) in estimates.items())
-    phi_alone = e["separability"]["separable"] and "offset" not in e["chosen_terms"] and not e["cancelling"]
-    if phi_alone and "every" not in e["chosen_terms"]:
-        read = "read the pairs': they compare like with like, and their delta-phi-only model is not rejected"
-    else:
-        read = (
-            f"none of them measures the recipe: the pairs choose '{e['chosen']}', so a change of phi alone "
-            "does not describe the runs"
-        )
-    return f"the three estimates of delta phi disagree ({listed}): {read}"
 
 
 def effect_power(e: dict) -> dict[str, float]:
@@ -472,14 +180,14 @@ def _delta_phi_sentence(doc: dict) -> str:
         way = "raises" if d["estimate"] > 0 else "lowers"
         grown = d.get("resamples", 0) > d.get("resamples_requested", 0)
         at = f", {d['resamples']} resamples: settled beyond Monte Carlo error" if grown else ""
-        size = f"{abs(d['estimate']):.2f} {_fmt_ci(d['ci'])} ({p_text(d['p'])}{at})"
+        size = f"{abs(d['estimate']):.2f} {fmt_ci(d['ci'])} ({p_text(d['p'])}{at})"
         return f"{name} {way} phi by {size}, {where}{form}"
     if not d.get("mc_settled", True):
         side, near = deciding_end(d["ci_mc"], d["estimate"])
         return (
-            f"delta phi not resolved for {name}, on the edge: {d['estimate']:+.3f} {_fmt_ci(d['ci'])} "
+            f"delta phi not resolved for {name}, on the edge: {d['estimate']:+.3f} {fmt_ci(d['ci'])} "
             f"({p_text(d['p'])}): the interval's {side} end lies within Monte Carlo error of 0 even at "
-            f"{d['resamples']} resamples (range {_fmt_ci(near)}){form}"
+            f"{d['resamples']} resamples (range {fmt_ci(near)}){form}"
         )
     p08 = doc["power"].get(f"{REFERENCE_EFFECTS[0]:+.2f}")
     power_text = (
@@ -488,7 +196,7 @@ def _delta_phi_sentence(doc: dict) -> str:
         else f"; this design's power for delta phi = {REFERENCE_EFFECTS[0]:+.2f} is {p08:.2f}"
     )
     return (
-        f"delta phi not resolved for {name}: {d['estimate']:+.3f} {_fmt_ci(d['ci'])} ({p_text(d['p'])})"
+        f"delta phi not resolved for {name}: {d['estimate']:+.3f} {fmt_ci(d['ci'])} ({p_text(d['p'])})"
         f"{form}{power_text}"
     )
 
@@ -602,7 +310,7 @@ def format_compare(doc: dict) -> str:
     )
     lines += fixed_lines(doc["settings"]["fixed"], doc["settings"]["prior"])
     lines.append(
-        f"shared nuisance ({d['form']} form): delta phi = {d['estimate']:+.4f} {_fmt_ci(d['ci'])}"
+        f"shared nuisance ({d['form']} form): delta phi = {d['estimate']:+.4f} {fmt_ci(d['ci'])}"
         + ("" if d["se"] is None else f", SE {d['se']:.3f}, t({d['t_df']}) {p_text(d['p'])}; {mc_text(d)}")
         + f"; F-test F = {d['F_test']['F']:.2f}, {p_text(d['F_test']['p'])}; "
         f"phi (base) {d['phi']:.3f}"
@@ -614,12 +322,12 @@ def format_compare(doc: dict) -> str:
         )
     lines.append(
         f"separate fits (the paper's): phi {s['base_phi']:.3f} -> {s['variant_phi']:.3f}, delta "
-        f"{s['estimate']:+.4f} {_fmt_ci(s['ci'])} (paper: 0.453 -> 0.380 truncated BPTT, 0.646 "
+        f"{s['estimate']:+.4f} {fmt_ci(s['ci'])} (paper: 0.453 -> 0.380 truncated BPTT, 0.646 "
         "hyperconnections)"
     )
     lines.append("delta phi per budget (E, alpha, beta of the shared fit held):")
     for row in doc["per_budget"]:
-        est = "refused" if row["delta_phi"] is None else f"{row['delta_phi']:+.3f} {_fmt_ci(row['ci'])}"
+        est = "refused" if row["delta_phi"] is None else f"{row['delta_phi']:+.3f} {fmt_ci(row['ci'])}"
         why = f"; {row['reason']}" if row.get("reason") else ""
         lines.append(f"  C = {row['budget']:.3g}: {est}  ({row['n']} runs{why})")
     if doc["trend"] is not None:

@@ -38,7 +38,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import t as t_dist
 
 from loopscale.errors import UserError
 from loopscale.fit.bootstrap import random_effects_bootstrap
@@ -59,6 +58,7 @@ from loopscale.fit.effect_rule import (
     term_p,
     wild_cluster_p,
 )
+from loopscale.fit.effect_shapes import scope_trends, shape_table, width_trend
 from loopscale.fit.fitter import LawFit, design_for
 from loopscale.fit.law import PARAMS, PHI, log_prediction
 from loopscale.fit.table import RunTable
@@ -164,6 +164,19 @@ class BaseLaw:
         """L̂(φ + Δφ) − L̂(φ) at the variant's runs [K, n] (nats)."""
         return self._loss(thetas, True, delta) - self._loss(thetas, True)
 
+    def log_slope(self, thetas: np.ndarray, what: str) -> np.ndarray:
+        """∂L̂/∂ln m at the variant's runs [K, n] (nats) when N_eff → m·N_eff (``what`` "n": both N_once and
+        N_rec scaled) or D → m·D ("d"): what a parameter or data multiplier does there."""
+        design = self.variant_design
+        up, down = (
+            dataclasses.replace(design, n_once=design.n_once * math.exp(s), n_rec=design.n_rec * math.exp(s))
+            if what == "n"
+            else dataclasses.replace(design, log_tokens=design.log_tokens + s)
+            for s in (STEP, -STEP)
+        )
+        thetas = np.atleast_2d(thetas)
+        return (np.exp(log_prediction(thetas, up)) - np.exp(log_prediction(thetas, down))) / (2 * STEP)
+
     def phi_slope(self, thetas: np.ndarray, delta: float = 0.0) -> np.ndarray:
         """∂L̂/∂φ at φ + Δφ at the variant's runs [K, n] (nats per unit of φ; negative for r > 1)."""
         up, down = self._loss(thetas, True, delta + STEP), self._loss(thetas, True, delta - STEP)
@@ -246,69 +259,6 @@ def separability(pairs: Pairs, slope: np.ndarray) -> dict:
         "condition": condition,
         "bound": SEPARABLE_COS,
     }
-
-
-def width_trend(
-    pairs: Pairs,
-    values: np.ndarray,
-    token_fit: np.ndarray,
-    token_draws: np.ndarray,
-    looped: bool | None = None,
-) -> dict | None:
-    """Slope of ``values``' (r, width) cluster means on log₁₀ width (nats per decade of width), over every
-    cluster or only the looped (``looped`` True) or plain (False) ones: OLS on the cluster means, SE² =
-    their residual variance's + the variance of the slope across the base law's draws (the token part's
-    error at each width); interval ± ``t_critical``(G − 2)·SE. None with fewer than 3 widths."""
-    keys = pairs.cluster_keys
-    keep = np.array([looped is None or (k[0] > 1) == looped for k in keys])
-    widths = np.array([k[1] for k in keys])[keep]
-    groups = len(widths)
-    if len(set(widths.tolist())) < 3 or groups < 3:
-        return None
-    x = np.log10(widths) - np.log10(widths).mean()
-    member = np.eye(len(keys))[pairs.cluster][:, keep]
-    counts = member.sum(axis=0)
-
-    def slopes(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # [..., n] → slope [...], cluster means
-        means = np.einsum("...n,ng->...g", v, member) / counts
-        return means @ x / float(x @ x), means
-
-    slope, means = slopes(values)
-    left = means - means.mean() - slope * x
-    df = groups - 2
-    se_ls = math.sqrt(float(left @ left) / max(df, 1) / float(x @ x))
-    base = slopes(token_fit - token_draws)[0] if len(token_draws) > 1 else np.zeros(1)
-    se = math.sqrt(se_ls**2 + float(np.var(base, ddof=1) if len(base) > 1 else 0.0))
-    c = t_critical(df)
-    return {
-        "slope": float(slope),
-        "se": se,
-        "se_base_law": float(np.std(base, ddof=1)) if len(base) > 1 else 0.0,
-        "df": df,
-        "ci": [float(slope - c * se), float(slope + c * se)],
-        "p": float(2 * t_dist.sf(abs(slope) / max(se, 1e-300), max(df, 1))),
-        "varies": bool(abs(slope) > c * se),
-        "explained": float(1 - (left @ left) / max(float(np.sum((means - means.mean()) ** 2)), 1e-300)),
-    }
-
-
-def scope_trends(pairs: Pairs, excess: np.ndarray, token_fit: np.ndarray, token_draws: np.ndarray) -> dict:
-    """With r = 1 pairs: the excess's slope along width for plain and for looped models, and the difference
-    (plain − looped; SE² the sum, t on the smaller df): whether the recipe changes plain models with size,
-    and whether more than looped ones. Empty without r = 1 pairs."""
-    if pairs.looped.all():
-        return {}
-    out = {
-        scope: width_trend(pairs, excess, token_fit, token_draws, looped)
-        for scope, looped in (("plain", False), ("looped", True))
-    }
-    if out["plain"] and out["looped"]:
-        p, q = out["plain"], out["looped"]
-        diff, se, df = p["slope"] - q["slope"], math.hypot(p["se"], q["se"]), min(p["df"], q["df"])
-        c = t_critical(df)
-        out["difference"] = {"slope": diff, "se": se, "df": df, "ci": [diff - c * se, diff + c * se],
-                             "varies": bool(abs(diff) > c * se)}  # fmt: skip
-    return out
 
 
 def _public(m: dict) -> dict:
@@ -445,6 +395,23 @@ def analyse_pairs(
         "cancelling": cancelling,
         "trend": width_trend(pairs, resid, token_fit, token_draws),
         "scope_trends": scope_trends(pairs, excess, token_fit, token_draws),
+        "shapes": shape_table(
+            pairs,
+            excess,
+            change - token_draws,
+            {
+                "offset": np.broadcast_to(looped.astype(float), token_draws.shape),
+                "delta phi": law.phi_slope(law.draws),
+                "N multiplier": law.log_slope(law.draws, "n"),
+                "D multiplier": law.log_slope(law.draws, "d"),
+            },
+            {
+                "offset": looped.astype(float),
+                "delta phi": slope_fit,
+                "N multiplier": law.log_slope(law.theta, "n")[0],
+                "D multiplier": law.log_slope(law.theta, "d")[0],
+            },
+        ),  # fmt: skip
         "heterogeneity": {
             "cluster_sd": math.sqrt(left["cluster"]),
             "iid_sd": math.sqrt(left["iid"]),

@@ -12,19 +12,17 @@ from pathlib import Path
 
 import numpy as np
 
-from loopscale.fit.case_study import (
-    compare_arms,
+from loopscale.fit.case_study import compare_arms, loss_change_text, mc_text, to_json
+from loopscale.fit.compare import PAPER_EFFECTS, make_arms
+from loopscale.fit.effect_text import (
+    SHAPE_MEANING,
     delta_phi_story,
     design_text,
     effect_sentence,
-    loss_change_text,
-    mc_text,
     p_text,
     shape_text,
-    to_json,
     wild_text,
 )
-from loopscale.fit.compare import PAPER_EFFECTS, make_arms
 from loopscale.fit.labels import flops_label
 from loopscale.fit.table import RunTable
 from loopscale.report.document import Bullets, Image, Section, Table
@@ -231,7 +229,15 @@ def effect_blocks(e: dict) -> list:
     details = Bullets(
         [design_text(e)] + [text for text in (wild_text(e), e["trend"] and shape_text(e)) if text]
     )
-    return [intro, details, per_r, per_width, models, calibration, note]
+    shapes = Table(
+        ["shape", "what it moves", "estimate", "96% interval", "lack of fit p", "describes the pairs"],
+        [
+            [row["shape"], SHAPE_MEANING[row["shape"]], f"{row['estimate']:+.4f}", _ci(row["ci"]),
+             p_text(row["lack_of_fit_p"]), {True: "yes", False: "no", None: "–"}[row["consistent"]]]
+            for row in e.get("shapes") or []
+        ],
+    )  # fmt: skip
+    return [intro, details, per_r, per_width, models, shapes, calibration, note]
 
 
 def excess_width_figure(doc: dict, stem: Path) -> Path:

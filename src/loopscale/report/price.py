@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loopscale.fit.case_study import effect_sentence, errors_text
+from loopscale.fit.effect_text import effect_sentence, errors_text
 from loopscale.io import atomic_write_text
 from loopscale.report.compare import effect_blocks, effects_figure, excess_width_figure
 from loopscale.report.document import Document, Image, Section, Table

@@ -1,0 +1,136 @@
+"""The shape of a recipe's excess beyond the chosen effect model (issue 41): along width, per scope (plain,
+looped), and which one-parameter shapes the pairs allow at all.
+
+Each shape is a column the law gives a meaning to, fitted alone to the pairs' excess (nats):
+
+- ``offset``: flat, the same on every looped model;
+- ``delta phi``: ∂L̂/∂φ, growing with r (a change of the worth of a loop, φ);
+- ``N multiplier``: ∂L̂/∂ln N_eff, the effect of N_eff → m·N_eff (a parameter or compute multiplier: A moves
+  by m^−α), shrinking with N;
+- ``D multiplier``: ∂L̂/∂ln D, the effect of D → m·D (a data multiplier: B moves by m^−β), shrinking with D;
+- ``width slope``: an offset plus a slope in log₁₀ width, an effect that grows (or shrinks) with size that
+  none of the law's parameters makes.
+
+For each: the estimate with its interval (± t(G − 1)'s two-sided 4% quantile × SE, the SE with the base
+law's draws as the effect models' is), and whether the (r, width) cluster means
+of what it leaves are more spread than the pairs' own noise allows (an F test of the between-cluster mean
+square against the within-cluster one): a shape is "consistent" with the pairs where that lack of fit is not
+rejected at 1%. These are descriptions, not the rule's named effects: the rule (``fit.effect_rule``) names
+offset and Δφ; this table says which law parameter an effect could move, if any.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.stats import f as f_dist
+from scipy.stats import t as t_dist
+
+from loopscale.fit.effect_rule import cluster_robust, least_squares, t_critical
+
+SHAPE_LEVEL = 0.01  # lack of fit below this: the shape does not describe the pairs
+
+
+def width_trend(
+    pairs,
+    values: np.ndarray,
+    token_fit: np.ndarray,
+    token_draws: np.ndarray,
+    looped: bool | None = None,
+) -> dict | None:
+    """Slope of ``values``' (r, width) cluster means on log₁₀ width (nats per decade of width), over every
+    cluster or only the looped (``looped`` True) or plain (False) ones: OLS on the cluster means, SE² =
+    their residual variance's + the variance of the slope across the base law's draws (the token part's
+    error at each width); interval ± ``t_critical``(G − 2)·SE. None with fewer than 3 widths."""
+    keys = pairs.cluster_keys
+    keep = np.array([looped is None or (k[0] > 1) == looped for k in keys])
+    widths = np.array([k[1] for k in keys])[keep]
+    groups = len(widths)
+    if len(set(widths.tolist())) < 3 or groups < 3:
+        return None
+    x = np.log10(widths) - np.log10(widths).mean()
+    member = np.eye(len(keys))[pairs.cluster][:, keep]
+    counts = member.sum(axis=0)
+
+    def slopes(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # [..., n] → slope [...], cluster means
+        means = np.einsum("...n,ng->...g", v, member) / counts
+        return means @ x / float(x @ x), means
+
+    slope, means = slopes(values)
+    left = means - means.mean() - slope * x
+    df = groups - 2
+    se_ls = math.sqrt(float(left @ left) / max(df, 1) / float(x @ x))
+    base = slopes(token_fit - token_draws)[0] if len(token_draws) > 1 else np.zeros(1)
+    se = math.sqrt(se_ls**2 + float(np.var(base, ddof=1) if len(base) > 1 else 0.0))
+    c = t_critical(df)
+    return {
+        "slope": float(slope),
+        "se": se,
+        "se_base_law": float(np.std(base, ddof=1)) if len(base) > 1 else 0.0,
+        "df": df,
+        "ci": [float(slope - c * se), float(slope + c * se)],
+        "p": float(2 * t_dist.sf(abs(slope) / max(se, 1e-300), max(df, 1))),
+        "varies": bool(abs(slope) > c * se),
+        "explained": float(1 - (left @ left) / max(float(np.sum((means - means.mean()) ** 2)), 1e-300)),
+    }
+
+
+def scope_trends(pairs, excess: np.ndarray, token_fit: np.ndarray, token_draws: np.ndarray) -> dict:
+    """With r = 1 pairs: the excess's slope along width for plain and for looped models, and the difference
+    (plain − looped; SE² the sum, t on the smaller df): whether the recipe changes plain models with size,
+    and whether more than looped ones. Empty without r = 1 pairs."""
+    if pairs.looped.all():
+        return {}
+    out = {
+        scope: width_trend(pairs, excess, token_fit, token_draws, looped)
+        for scope, looped in (("plain", False), ("looped", True))
+    }
+    if out["plain"] and out["looped"]:
+        p, q = out["plain"], out["looped"]
+        diff, se, df = p["slope"] - q["slope"], math.hypot(p["se"], q["se"]), min(p["df"], q["df"])
+        c = t_critical(df)
+        out["difference"] = {"slope": diff, "se": se, "df": df, "ci": [diff - c * se, diff + c * se],
+                             "varies": bool(abs(diff) > c * se)}  # fmt: skip
+    return out
+
+
+def shape_table(
+    pairs, excess: np.ndarray, excess_draws: np.ndarray, draw_columns: dict, columns: dict[str, np.ndarray]
+) -> list[dict]:
+    """Each one-parameter shape of ``columns`` {name: column [n] under the base law's fit} (and ``width
+    slope``) fitted alone to the pairs' excess → rows {"shape", "estimate", "se", "ci", "lack_of_fit_p",
+    "consistent"} (module docstring). SE² = the CR1 variance + the variance of the estimate refitted under
+    each base-law draw (``excess_draws`` [K, n], ``draw_columns`` {name: [K, n]}), as the effect models'."""
+    width = np.log10(pairs.base.width)
+    looped = pairs.looped.astype(float)
+    slope = looped * (width - width[pairs.looped].mean())
+    designs = {name: col[:, None] for name, col in columns.items()}
+    designs["width slope"] = np.column_stack([looped, slope])
+    draws = {name: col[:, :, None] for name, col in draw_columns.items()}
+    draws["width slope"] = np.broadcast_to(
+        designs["width slope"], (len(excess_draws), *designs["width slope"].shape)
+    )
+    groups = int(pairs.cluster.max()) + 1
+    counts = np.bincount(pairs.cluster, minlength=groups)
+    c = t_critical(groups - 1)
+    rows = []
+    for name, x in designs.items():
+        if np.allclose(x, 0.0):
+            continue
+        beta, resid = least_squares(excess, x)
+        refits = least_squares(excess_draws, np.ascontiguousarray(draws[name]))[0][:, -1]
+        base_var = float(np.var(refits, ddof=1)) if len(refits) > 1 else 0.0
+        se = math.sqrt(max(float(cluster_robust(x, resid, pairs.cluster)[-1, -1]) + base_var, 1e-300))
+        means = np.bincount(pairs.cluster, weights=resid, minlength=groups) / np.maximum(counts, 1)
+        within = float(np.sum((resid - means[pairs.cluster]) ** 2))
+        df_b, df_w = groups - x.shape[1], len(excess) - groups
+        p = None
+        if df_b > 0 and df_w > 0 and within > 0:
+            ratio = float(np.sum(counts * means**2)) / df_b / (within / df_w)
+            p = float(f_dist.sf(ratio, df_b, df_w))
+        ci = [float(beta[-1] - c * se), float(beta[-1] + c * se)]
+        consistent = None if p is None else bool(p >= SHAPE_LEVEL)
+        rows.append({"shape": name, "estimate": float(beta[-1]), "se": se, "ci": ci, "lack_of_fit_p": p,
+                     "consistent": consistent})  # fmt: skip
+    return rows
