@@ -251,3 +251,33 @@ def test_per_budget_delta_phi_is_refused_where_a_budget_has_no_more_runs_than_fr
     full = per_budget(arms, shared_model(arms, "paper"), np.array(out["theta"]), resamples=20)
     for r in full:  # where an interval is printed it holds its own estimate and has width
         assert r["ci"] is None or r["ci"][0] < r["delta_phi"] < r["ci"][1]
+
+
+def test_a_ladder_whose_recipe_hurts_every_model_gets_that_verdict():
+    """Issue 44's public ladder, in shape: one seed, r ∈ {1, 2}, 7 rungs whose width and budget grow
+    together; the variant re-trains every rung with a recipe that hurts more the larger the model, plain
+    models twice as much (+0.062 at the top for r = 1). The verdict says the recipe changes every model,
+    plain ones most, names neither a constant nor a Δφ, and no Δφ per budget is printed (3 runs each)."""
+    from loopscale.paper import grid_runs
+
+    rng = np.random.default_rng(0)
+    rungs = {2e17 * 2**k: (4 + 2 * k,) for k in range(7)}  # widths 256 … 1024 (multiples of head_dim 128)
+    base = grid_runs(rungs, rs=(1, 2))
+    variant = []
+    for row in base:
+        law = float(law_loss(JOINT_FIT, row["n_once"], row["n_rec"], row["r"], row["tokens"]))
+        rung = sorted(rungs).index(row["budget"])
+        harm = 0.062 * rung / 6 * (1.0 if row["r"] == 1 else 0.5)
+        row.update(run=f"rung{rung}_r{row['r']}", seed=0, loss=law + rng.normal(0, 0.003), status="ok")
+        variant.append({**row, "run": "v-" + row["run"], "loss": law + harm + rng.normal(0, 0.003)})
+    doc = compare_arms(load_table(base), load_table(variant), name="ladder", restarts=40, resamples=30,
+                       bootstrap_restarts=3, law_check=False)  # fmt: skip
+    e = doc["effects"]
+    assert e["plain_pairs"] == 7 and e["anchors"] == "paired"
+    assert "delta_phi" not in e["chosen_terms"] and "offset" not in e["chosen_terms"]
+    verdict = doc["verdict"]
+    assert "changes every model" in verdict and "plain ones most" in verdict, verdict
+    assert "phi by" not in verdict and "a constant" not in verdict
+    assert all(row["delta_phi"] is None and "free parameters" in row["reason"] for row in doc["per_budget"])
+    for m in e["models"].values():  # no printed interval excludes its own estimate
+        assert all(lo < m[t] < hi for t, (lo, hi) in m["ci"].items())
