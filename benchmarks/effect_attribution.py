@@ -7,11 +7,15 @@ re-trained under another name, with a known effect added to the base run's own l
 - ``none``: no effect;
 - ``offset``: a constant −0.06 nats on every looped model;
 - ``delta phi ±0.15``: L̂(φ ± 0.15) − L̂(φ) under the base's e-per-r fit at the run;
-- ``every model``: +0.03 nats on every run, r = 1 included (the variant re-trains the r = 1 runs too).
+- ``every model``: +0.03 nats on every run, r = 1 included (the variant re-trains the r = 1 runs too);
+- ``D multiplier 1.5``: L̂(1.5·D) − L̂(D) (a data multiplier: shrinks with D);
+- ``width slope``: −0.06 nats − 0.14 per decade of width (hyperconnections' shape).
 
 Each arm goes through ``fit.effects.analyse_pairs`` exactly as ``loopscale compare`` runs it. Printed per
-effect: the share of arms naming each model, wrong attribution (a term named that the truth lacks), and
-**disagreement**: a named term whose printed interval holds 0 (the goal: none).
+effect: the share of arms naming each model, wrong attribution (a term named that the truth lacks),
+**disagreement** (a named term whose printed interval holds 0; the goal: none), how often the verdict says
+the effect is not one constant along width, and how often each shape of ``fit.effect_shapes`` describes the
+pairs (lack of fit p ≥ 0.01).
 
     python benchmarks/effect_attribution.py --arms 10 --out results/law-check/effect-attribution.json
 """
@@ -28,6 +32,7 @@ import numpy as np
 from loopscale.fit import load_table
 from loopscale.fit.effects import BaseLaw, analyse_pairs, with_base_fit
 from loopscale.fit.fitter import design_for
+from loopscale.fit.law import log_prediction
 from loopscale.fit.table import RunTable
 from loopscale.io import atomic_write_json
 
@@ -38,6 +43,8 @@ EFFECTS = {
     "delta phi +0.15": {"delta_phi": 0.15},
     "delta phi -0.15": {"delta_phi": -0.15},
     "every model": {"every": 0.03},
+    "D multiplier 1.5": {"d_multiplier": 1.5},
+    "width slope": {"offset": -0.06, "width_slope": -0.14},
 }
 
 
@@ -51,10 +58,19 @@ def variant_arm(base: RunTable, fit, effect: dict, iid: float, group: float, see
     loss = runs.loss + rng.normal(0.0, iid, len(runs))
     loss += np.array([shift[(int(r), float(w))] for r, w in zip(runs.r, runs.width)])
     loss += effect.get("every", 0.0) + effect.get("offset", 0.0) * (runs.r > 1)
+    design = design_for(runs, False, fit.extension, fit.ext_ref)
+    law = BaseLaw(fit.theta, fit.theta[None], design, design, fit.law_form)
     if "delta_phi" in effect:
-        design = design_for(runs, False, fit.extension, fit.ext_ref)
-        law = BaseLaw(fit.theta, fit.theta[None], design, design, fit.law_form)
         loss += law.phi_effect(fit.theta, effect["delta_phi"])[0]
+    if "d_multiplier" in effect:
+        more = dataclasses.replace(design, log_tokens=design.log_tokens + np.log(effect["d_multiplier"]))
+        loss += (
+            np.exp(log_prediction(fit.theta[None], more))[0]
+            - np.exp(log_prediction(fit.theta[None], design))[0]
+        )
+    if "width_slope" in effect:
+        centred = np.log10(runs.width) - np.log10(runs.width[runs.r > 1]).mean()
+        loss += effect["width_slope"] * centred * (runs.r > 1)
     return dataclasses.replace(runs, run=np.array([f"v-{r}" for r in runs.run]), loss=loss)
 
 
@@ -72,7 +88,7 @@ def main() -> None:
     out: dict = {"settings": vars(args) | {"out": str(args.out)}, "effects": {}}
     start = time.perf_counter()
     for label, effect in EFFECTS.items():
-        chosen, wrong, disagree = [], 0, 0
+        chosen, wrong, disagree, varies, shapes = [], 0, 0, 0, {}
         for seed in range(args.arms):
             variant = variant_arm(base, fit, effect, args.iid, args.group, seed)
             doc = analyse_pairs(
@@ -81,14 +97,19 @@ def main() -> None:
             chosen.append(doc["chosen"])
             terms = doc["chosen_terms"]
             wrong += any(t not in effect for t in terms)
+            varies += bool(doc["trend"] and doc["trend"]["varies"])
+            for row in doc["shapes"]:
+                shapes[row["shape"]] = shapes.get(row["shape"], 0) + bool(row["consistent"])
             model = doc["models"].get(doc["chosen"], {})
             disagree += any(model["ci"][t][0] <= 0 <= model["ci"][t][1] for t in terms)
         shares = {m: chosen.count(m) / len(chosen) for m in sorted(set(chosen))}
         out["effects"][label] = {"chosen": shares, "wrong_attribution": wrong / args.arms,
-                                 "disagreement": disagree / args.arms}  # fmt: skip
+                                 "disagreement": disagree / args.arms, "not_constant": varies / args.arms,
+                                 "shape_allowed": {k: v / args.arms for k, v in shapes.items()}}  # fmt: skip
         print(
             f"{label:16s} chosen {shares}  wrong attribution {wrong}/{args.arms}  named with an interval "
-            f"holding 0 {disagree}/{args.arms}  ({time.perf_counter() - start:.0f} s)",
+            f"holding 0 {disagree}/{args.arms}  not one constant {varies}/{args.arms}  shapes allowed "
+            f"{shapes}  ({time.perf_counter() - start:.0f} s)",
             flush=True,
         )
         if args.out:
