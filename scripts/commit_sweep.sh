@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Commit a sweep's progress so a session that ends (or a machine that is lost) costs nothing finished:
-# sweep.yaml, executor.json (thread policy), every run's run.yaml, and for FINISHED runs only (result.json
-# present) their config.yaml, result.json, metrics.jsonl, train.log, eval.json (downstream eval) and reused.json
-# (a run taken from a `reuse` sweep folder).
+# sweep.yaml, executor.json (thread policy), results.csv, curves.parquet (every finished run's per-step curves,
+# written by `loopscale collect`), every run's run.yaml, and for FINISHED runs only (result.json present) their
+# config.yaml, result.json, train.log, eval.json (downstream eval) and reused.json (a run taken from a `reuse`
+# sweep folder). The runs' own metrics.jsonl stay local (.gitignore): curves.parquet holds them.
 # Unfinished runs' partial files and all weights/checkpoints stay out (see .gitignore); only paths under
 # SWEEP_DIR are committed, whatever else is staged.
 # Usage: scripts/commit_sweep.sh SWEEP_DIR [MESSAGE]
@@ -13,7 +14,8 @@ paths=("$dir/sweep.yaml")
 [ -f "$dir/results.csv" ] && paths+=("$dir/results.csv")
 [ -f "$dir/executor.json" ] && paths+=("$dir/executor.json")  # the thread policy a bare resume reuses
 # a `loopscale price` folder: its looks and report (written after every look)
-for f in price.json report.md report.html loss_change_by_r.png loss_change_by_r.svg; do
+for f in curves.parquet price.json report.md report.html loss_change_by_r.png loss_change_by_r.svg \
+  excess_by_width.png excess_by_width.svg; do
   [ -f "$dir/$f" ] && paths+=("$dir/$f")
 done
 done_runs=0
@@ -21,7 +23,8 @@ for run in "$dir"/runs/*/; do
   paths+=("${run}run.yaml")
   if [ -f "${run}result.json" ]; then
     done_runs=$((done_runs + 1))
-    for f in config.yaml result.json metrics.jsonl train.log eval.json reused.json; do
+    git rm -q --cached --ignore-unmatch "${run}metrics.jsonl" >/dev/null
+    for f in config.yaml result.json train.log eval.json reused.json; do
       [ -f "$run$f" ] && paths+=("$run$f")
     done
   else  # an unfinished run: keep its partial files out of history

@@ -1,4 +1,5 @@
-"""scripts/commit_sweep.sh: a long sweep's progress is committed run by run, finished runs only."""
+"""scripts/commit_sweep.sh: a long sweep's progress is committed run by run, finished runs only; per-step
+curves as the sweep's one curves.parquet, not the runs' metrics.jsonl."""
 
 from __future__ import annotations
 
@@ -30,15 +31,16 @@ def test_commits_finished_runs_small_files_and_nothing_else(tmp_path):
         if done:
             (run / "result.json").write_text("{}")
     (sweep / "sweep.yaml").write_text("name: x\n")
+    (sweep / "curves.parquet").write_text("the finished runs' per-step curves")
     out = subprocess.run(["bash", str(SCRIPT), "sw"], cwd=repo, capture_output=True, text=True, check=True)
     assert "1 finished runs" in out.stdout
     tracked = set(git(repo, "ls-tree", "-r", "--name-only", "HEAD").split())
     assert tracked == {
         "sw/sweep.yaml",
+        "sw/curves.parquet",
         "sw/runs/a/run.yaml",
         "sw/runs/a/config.yaml",
         "sw/runs/a/result.json",
-        "sw/runs/a/metrics.jsonl",
         "sw/runs/a/train.log",
         "sw/runs/b/run.yaml",
     }

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from loopscale.sweep.curves import pack_curves
 from loopscale.sweep.plan import run_train_config
 from loopscale.sweep.results import NO_TASKS, SE_PREFIX, TASKS_PREFIX, write_results
 from loopscale.sweep.rundir import (
@@ -119,7 +120,9 @@ def collect_rows(root: str | Path) -> list[dict]:
 
 
 def collect(root: str | Path, out: str | Path | None = None) -> tuple[list[dict], Path, Path]:
-    """collect_rows + write_results: the one entry point of ``loopscale collect``."""
+    """collect_rows + write_results + the curves' Parquet file: the one entry point of ``loopscale
+    collect``."""
     rows = collect_rows(root)
     csv_path, parquet_path = write_results(root, rows, out)
+    pack_curves(root, out)  # the per-step curves beside the table (what a published sweep keeps of them)
     return rows, csv_path, parquet_path

@@ -1,0 +1,85 @@
+"""A sweep's per-step training curves in one compressed Parquet file (``curves.parquet``; issue 42).
+
+Every training run appends a line per logged step to its own ``runs/NAME/metrics.jsonl`` (step, loss in nats,
+lr, tokens, tokens/s, MFU; a loop-count recipe adds its loop counts and FLOPs). Those files stay in each run
+folder for resume and progress, but a published sweep keeps its curves as one Parquet file beside
+results.csv: one row per (run, step), zstd-compressed, readable by pandas, polars and duckdb
+(``pd.read_parquet("curves.parquet")``); loss, lr and tokens/s in float32, the columns in ``DERIVABLE`` left
+out. ``load_curves`` reads it, or the per-run files of a folder that predates it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from loopscale.io import atomic_write
+
+CURVES_FILE = "curves.parquet"
+# Columns of metrics.jsonl the published file leaves out, as derivable from what it keeps: lr_multiplier =
+# lr / the run's peak LR (its config.yaml), mfu = tokens/s × FLOPs/token / the peak its result.json records.
+DERIVABLE = ("lr_multiplier", "mfu")
+METRICS_FILE = "metrics.jsonl"
+
+
+def _finished_runs(root: Path) -> list[Path]:
+    """The run folders of ``root`` with a result.json (finished ok or failed), in name order."""
+    return sorted(p.parent for p in (root / "runs").glob("*/result.json"))
+
+
+def _read_metrics(path: Path) -> list[dict]:
+    """The lines of one metrics.jsonl (a torn last line, from a kill mid-write, is left out)."""
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def pack_curves(root: str | Path, out: str | Path | None = None) -> Path | None:
+    """Write ``curves.parquet`` into ``out`` (default ``root``) from the metrics.jsonl of every finished run
+    of sweep folder ``root`` (atomically; the rows of one run in step order, a ``run`` column first) → its
+    path, None when no finished run logged a step."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = Path(root)
+    rows = []
+    for run in _finished_runs(root):
+        if (run / METRICS_FILE).is_file():
+            rows += [{"run": run.name, **line} for line in _read_metrics(run / METRICS_FILE)]
+    if not rows:
+        return None
+    keys = [key for key in dict.fromkeys(key for row in rows for key in row) if key not in DERIVABLE]
+    table = pa.table({key: [row.get(key) for row in rows] for key in keys})
+    # float32 curves (7 significant digits: a loss of 3.7 nats to 1e-6; the final losses stay exact in each
+    # run's result.json) and int32 steps: half the file
+    narrow = {pa.float64(): pa.float32(), pa.int64(): pa.int32()}
+    table = table.cast(
+        pa.schema(
+            [f.with_type(narrow.get(f.type, f.type)) if f.name != "tokens" else f for f in table.schema]
+        )
+    )
+    target = Path(out) if out is not None else root
+    write = lambda tmp: pq.write_table(table, tmp, compression="zstd", compression_level=19)  # noqa: E731
+    return atomic_write(target / CURVES_FILE, write)
+
+
+def load_curves(root: str | Path) -> dict[str, list[dict]]:
+    """{run name: its logged steps (dicts, step order)} from ``curves.parquet``, else from the runs'
+    metrics.jsonl (folders written before the Parquet file; every column there)."""
+    root = Path(root)
+    if (root / CURVES_FILE).is_file():
+        import pyarrow.parquet as pq
+
+        out: dict[str, list[dict]] = {}
+        for row in pq.read_table(root / CURVES_FILE).to_pylist():
+            out.setdefault(row.pop("run"), []).append({k: v for k, v in row.items() if v is not None})
+        return out
+    return {
+        run.name: _read_metrics(run / METRICS_FILE)
+        for run in _finished_runs(root)
+        if (run / METRICS_FILE).is_file()
+    }
