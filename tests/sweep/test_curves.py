@@ -38,3 +38,16 @@ def test_curves_round_trip_and_leave_out_unfinished_runs_torn_lines_and_derivabl
 def test_no_finished_run_writes_no_file(tmp_path):
     _run(tmp_path, "c", [{"step": 1, "loss": 7.0}], finished=False)
     assert pack_curves(tmp_path) is None and not (tmp_path / CURVES_FILE).exists()
+
+
+def test_packing_again_without_the_runs_files_keeps_the_published_curves(tmp_path):
+    """A fresh clone has curves.parquet but no run's metrics.jsonl: a new run trained there and collected
+    adds its curve; the published ones stay."""
+    old = [{"step": 1, "loss": 6.5, "lr": 0.5, "tokens": 2048}]
+    _run(tmp_path, "old", old)
+    pack_curves(tmp_path)
+    (tmp_path / "runs" / "old" / "metrics.jsonl").unlink()
+    new = [{"step": 1, "loss": 6.25, "lr": 0.5, "tokens": 2048}]
+    _run(tmp_path, "new", new)
+    pack_curves(tmp_path)
+    assert load_curves(tmp_path) == {"new": new, "old": old}

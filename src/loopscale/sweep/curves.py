@@ -46,10 +46,16 @@ def pack_curves(root: str | Path, out: str | Path | None = None) -> Path | None:
     import pyarrow.parquet as pq
 
     root = Path(root)
+    target = Path(out) if out is not None else root
+    # a run whose metrics.jsonl is not on this machine (a published folder in a fresh clone) keeps the rows
+    # the existing file holds: packing never drops curves it cannot rebuild
+    kept = _read_parquet(target / CURVES_FILE) if (target / CURVES_FILE).is_file() else {}
     rows = []
     for run in _finished_runs(root):
         if (run / METRICS_FILE).is_file():
             rows += [{"run": run.name, **line} for line in _read_metrics(run / METRICS_FILE)]
+        else:
+            rows += [{"run": run.name, **line} for line in kept.get(run.name, [])]
     if not rows:
         return None
     keys = [key for key in dict.fromkeys(key for row in rows for key in row) if key not in DERIVABLE]
@@ -62,7 +68,6 @@ def pack_curves(root: str | Path, out: str | Path | None = None) -> Path | None:
             [f.with_type(narrow.get(f.type, f.type)) if f.name != "tokens" else f for f in table.schema]
         )
     )
-    target = Path(out) if out is not None else root
     write = lambda tmp: pq.write_table(table, tmp, compression="zstd", compression_level=19)  # noqa: E731
     return atomic_write(target / CURVES_FILE, write)
 
@@ -72,14 +77,18 @@ def load_curves(root: str | Path) -> dict[str, list[dict]]:
     metrics.jsonl (folders written before the Parquet file; every column there)."""
     root = Path(root)
     if (root / CURVES_FILE).is_file():
-        import pyarrow.parquet as pq
-
-        out: dict[str, list[dict]] = {}
-        for row in pq.read_table(root / CURVES_FILE).to_pylist():
-            out.setdefault(row.pop("run"), []).append({k: v for k, v in row.items() if v is not None})
-        return out
+        return _read_parquet(root / CURVES_FILE)
     return {
         run.name: _read_metrics(run / METRICS_FILE)
         for run in _finished_runs(root)
         if (run / METRICS_FILE).is_file()
     }
+
+
+def _read_parquet(path: Path) -> dict[str, list[dict]]:
+    import pyarrow.parquet as pq
+
+    out: dict[str, list[dict]] = {}
+    for row in pq.read_table(path).to_pylist():
+        out.setdefault(row.pop("run"), []).append({k: v for k, v in row.items() if v is not None})
+    return out
