@@ -139,3 +139,17 @@ def test_the_graph_sees_function_level_imports_and_finds_a_circle():
     }
     assert graph["loopscale.c"] == {"loopscale.a", "loopscale.b"}
     assert cycles(graph) == [["loopscale.a", "loopscale.b"]]
+
+
+def test_fit_computes_from_tables_and_imports_no_layer_above_or_beside_it():
+    """Issue 42: fit/ reads results tables and returns numbers; it imports nothing from train/, sweep/,
+    data/, report/, analysis/ or cli/ (reading run configs belongs to analysis/, drawing to report/)."""
+    graph, _ = import_graph()
+    above = ("train", "sweep", "data", "report", "analysis", "cli")
+    banned = tuple(f"loopscale.{name}" for name in above)
+    leaks = {
+        name: sorted(t for t in targets if t.startswith(banned))
+        for name, targets in graph.items()
+        if name.startswith("loopscale.fit")
+    }
+    assert not {k: v for k, v in leaks.items() if v}, leaks

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from loopscale.analysis.comparable import check_setups
 from loopscale.cli import main
 from loopscale.errors import UserError
 from loopscale.fit import load_table
-from loopscale.fit.comparable import check_setups, check_tables
+from loopscale.fit.comparable import check_tables
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 BASE = RESULTS / "laptop-factorial"

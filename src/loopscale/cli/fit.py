@@ -364,7 +364,7 @@ def run_compare(args: argparse.Namespace) -> int:
     _check_law_flags(args)
     _check_output_paths(args.json_out, None)
     base, variant = load_table(args.base), load_table(args.variant)
-    from loopscale.fit.comparable import check_setups
+    from loopscale.analysis.comparable import check_setups
 
     folders = (Path(p).resolve().parent for p in (args.base, args.variant))
     notes = check_setups(*folders, base, variant)  # incomparable arms: one line, before any fitting

@@ -161,7 +161,7 @@ def _rows(sweep_dir: Path) -> list[dict]:
 def _case_study(spec, table, sweep_dir: Path, folder: Path, restarts: int, bootstrap: int, seed: int):
     """``report.compare.case_study`` of this sweep (the variant) against its first ``reuse`` folder;
     arms that are not comparable (``fit.comparable``: another vocabulary, template or data) are refused."""
-    from loopscale.fit.comparable import check_setups
+    from loopscale.analysis.comparable import check_setups
     from loopscale.report.compare import case_study
 
     with warnings.catch_warnings():
