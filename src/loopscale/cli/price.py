@@ -28,6 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bootstrap", type=int, default=200, help="base-law bootstrap draws per look (200)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-root", type=Path, default=Path("data"), help="where the default corpus is built")
+    p.add_argument("--render", action="store_true", help="only re-render --out's report from its price.json")
     p.set_defaults(func=cmd_price)
 
 
@@ -36,10 +37,18 @@ def cmd_price(args: argparse.Namespace) -> int:
     from loopscale.cli import require_input
 
     require_input(args.reuse, "--reuse base sweep", folder=True)
+    out = args.out or Path("runs") / f"price-{args.recipe}"
+    if args.render:
+        from loopscale.report.price import write_price_report
+        from loopscale.sweep.rundir import read_json
+
+        require_input(out / "price.json", "price.json in --out (run `loopscale price` first)", folder=False)
+        print(write_price_report(read_json(out / "price.json"), out))
+        return 0
     settings = PriceSettings(
         recipe=args.recipe,
         base=args.reuse,
-        out=args.out or Path("runs") / f"price-{args.recipe}",
+        out=out,
         target=args.target,
         max_hours=args.max_hours,
         batch=args.batch,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loopscale.fit.effect_text import effect_sentence, errors_text
+from loopscale.fit.effect_text import effect_sentence
 from loopscale.io import atomic_write_text
 from loopscale.report.compare import effect_blocks, effects_figure, excess_width_figure
 from loopscale.report.document import Document, Image, Section, Table
@@ -18,13 +18,29 @@ def verdict(doc: dict) -> str:
     ended = {
         "decided": "stopped as soon as an effect was named",
         "precise": "stopped at the target precision of delta phi",
-        "last look": "the plan's last look (hour cap or cells exhausted)",
+        "last look": "the plan's last look: its hour cap or its cells ran out",
     }[last["stop"]]
     return (
         f"{doc['recipe']}: {effect_sentence(e)}; {last['pairs']} pairs, look {last['look']} of "
         f"{len(doc['plan']['counts'])} ({ended}); tests at size {last['size']:.4f} of alpha "
         f"{doc['settings']['alpha']} spent over the looks, intervals at {100 * e['ci_level']:.1f}%; "
-        f"{errors_text(e)}"
+        f"{noise_text(e, last['cluster_sd'])}"
+    )
+
+
+def noise_text(e: dict, pooled: dict) -> str:
+    """The pairs' errors as ``price`` took them: the base's seed noise and the (r, width) sd learnt from
+    the pairs with the base law's misfit as a prior (``fit.effects.pooled_cluster_sd``)."""
+    err = e["errors"]
+    learnt = (
+        "the prior alone (no cluster holds two pairs yet)"
+        if pooled["estimate"] is None
+        else f"the pairs' own {pooled['estimate']:.4f} on {pooled['df']} df"
+    )
+    return (
+        f"errors: pair sd {err['sd']:.4f} nats (the base's seed noise, {err['df']} df) and an (r, width) sd "
+        f"{pooled['cluster_sd']:.4f} nats, {learnt} pooled with the base law's misfit "
+        f"{pooled['prior_sd']:.4f} as a prior worth {pooled['prior_df']:g} clusters"
     )
 
 
