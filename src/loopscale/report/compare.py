@@ -321,7 +321,7 @@ def effects_figure(doc: dict, stem: Path) -> Path:
         ax.plot(rs, y, ls, color=color, lw=width, label=f"model: {name}" + (" (chosen)" if name == e["chosen"]
                 else ""))  # fmt: skip
     means = [e["per_r"][str(r)]["change"] for r in rs]
-    sds = [e["per_r"][str(r)]["change_sd"] or 0.0 for r in rs]
+    sds = [e["per_r"][str(r)]["change_sd"] or np.nan for r in rs]  # one pair: no spread, no bar
     counts = [e["per_r"][str(r)]["pairs"] for r in rs]
     errors = [2 * sd / np.sqrt(n) for sd, n in zip(sds, counts)]
     ax.errorbar(rs, means, yerr=errors, fmt="s", color="black", ms=6, capsize=4, label="mean per r (±2 SE)")
