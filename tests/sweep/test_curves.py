@@ -20,7 +20,7 @@ def _run(root: Path, name: str, lines: list[dict], finished: bool = True, torn: 
 
 def test_curves_round_trip_and_leave_out_unfinished_runs_torn_lines_and_derivable_columns(tmp_path):
     a = [{"step": s, "loss": 7.0 - s / 4, "lr": 0.5, "tokens": 2048 * s, "mfu": 0.2} for s in (1, 2, 3)]
-    b = [{"step": 1, "loss": 6.5, "lr": 0.25, "tokens": 2048, "loops": [3, 5], "flops": 1.5e9}]
+    b = [{"step": 1, "loss": 6.5, "lr": 0.25, "tokens": 2048, "loops": [3, 5], "flops": 3961257984}]
     _run(tmp_path, "a", a, torn=True)
     _run(tmp_path, "b", b)
     _run(tmp_path, "c", a, finished=False)  # still training: not published

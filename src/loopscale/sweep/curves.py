@@ -60,14 +60,17 @@ def pack_curves(root: str | Path, out: str | Path | None = None) -> Path | None:
         return None
     keys = [key for key in dict.fromkeys(key for row in rows for key in row) if key not in DERIVABLE]
     table = pa.table({key: [row.get(key) for row in rows] for key in keys})
-    # float32 curves (7 significant digits: a loss of 3.7 nats to 1e-6; the final losses stay exact in each
-    # run's result.json) and int32 steps: half the file
-    narrow = {pa.float64(): pa.float32(), pa.int64(): pa.int32()}
-    table = table.cast(
-        pa.schema(
-            [f.with_type(narrow.get(f.type, f.type)) if f.name != "tokens" else f for f in table.schema]
-        )
-    )
+    # float32 reals (7 significant digits; the final losses stay exact in each run's result.json), an int32
+    # step; other integers (tokens, FLOPs) stay int64
+    schema = [
+        f.with_type(pa.int32())
+        if f.name == "step"
+        else f.with_type(pa.float32())
+        if f.type == pa.float64()
+        else f
+        for f in table.schema
+    ]
+    table = table.cast(pa.schema(schema))
     write = lambda tmp: pq.write_table(table, tmp, compression="zstd", compression_level=19)  # noqa: E731
     return atomic_write(target / CURVES_FILE, write)
 
