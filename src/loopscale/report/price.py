@@ -32,15 +32,16 @@ def noise_text(e: dict, pooled: dict) -> str:
     """The pairs' errors as ``price`` took them: the base's seed noise and the (r, width) sd learnt from
     the pairs with the base law's misfit as a prior (``fit.effects.pooled_cluster_sd``)."""
     err = e["errors"]
-    learnt = (
-        "the prior alone (no cluster holds two pairs yet)"
-        if pooled["estimate"] is None
-        else f"the pairs' own {pooled['estimate']:.4f} on {pooled['df']} df"
-    )
+    pair = f"errors: pair sd {err['sd']:.4f} nats (the base's seed noise, {err['df']} df)"
+    cluster = f"an (r, width) sd {pooled['cluster_sd']:.4f} nats"
+    if pooled["estimate"] is None:
+        return (
+            f"{pair} and {cluster}, the base law's own misfit (the pairs cannot estimate it yet: no (r, "
+            "width) cluster holds two)"
+        )
     return (
-        f"errors: pair sd {err['sd']:.4f} nats (the base's seed noise, {err['df']} df) and an (r, width) sd "
-        f"{pooled['cluster_sd']:.4f} nats, {learnt} pooled with the base law's misfit "
-        f"{pooled['prior_sd']:.4f} as a prior worth {pooled['prior_df']:g} clusters"
+        f"{pair} and {cluster}: the pairs' own {pooled['estimate']:.4f} on {pooled['df']} df pooled with "
+        f"the base law's misfit {pooled['prior_sd']:.4f} as a prior worth {pooled['prior_df']:g} clusters"
     )
 
 
