@@ -36,8 +36,13 @@ def cmd_price(args: argparse.Namespace) -> int:
     from loopscale.analysis.price import PriceSettings, price
     from loopscale.cli import require_input
 
-    require_input(args.reuse, "--reuse base sweep", folder=True)
     out = args.out or Path("runs") / f"price-{args.recipe}"
+    if not args.render:  # a folder loopscale did not create is refused before anything else is read
+        from loopscale.io import check_output
+
+        check_output(out, "--out", folder=True, kind="sweep")
+        check_output(args.data_root, "--data-root", folder=True, kind="data")
+    require_input(args.reuse, "--reuse base sweep", folder=True)
     if args.render:
         from loopscale.report.price import write_price_report
         from loopscale.sweep.rundir import read_json

@@ -334,8 +334,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     writes the variant's sweep, price.json, the loss-change figure and report.md into ``--out``."""
     from loopscale.analysis.price import PriceSettings, price
     from loopscale.cli import require_input
+    from loopscale.io import check_output
 
     check_counts(args.workers, None)
+    check_output(args.out, "--out", folder=True, kind="sweep")  # refused before anything else is read
+    check_output(args.data_root, "--data-root", folder=True, kind="data")
     require_input(args.base, "--base sweep (run the demo from the repository root)", folder=True)
     settings = PriceSettings(
         recipe=args.recipe, base=args.base, out=args.out, max_hours=args.max_hours, workers=args.workers or 2,
