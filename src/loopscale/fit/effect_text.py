@@ -181,18 +181,6 @@ def effect_sentence(e: dict) -> str:
     return "; ".join(parts) + f" ({profile}){rejected} {tested}{anchors}"
 
 
-def errors_text(e: dict) -> str:
-    """How the pairs' errors were treated, in words."""
-    err = e["errors"]
-    if err["kind"] == "cluster-robust":
-        return "errors cluster-robust over (r, width) clusters"
-    return (
-        f"errors taken as known: pair sd {err['sd']:.4f} nats (the base's seed noise, {err['df']} df) and an "
-        f"(r, width) sd {err['cluster_sd']:.4f} nats (the base law's own misfit per (r, width)), too few "
-        "pairs to estimate them"
-    )
-
-
 def design_text(e: dict) -> str:
     """What the pairs' design can separate, in one line."""
     sep = e["separability"]
