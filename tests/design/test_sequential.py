@@ -8,6 +8,7 @@ import csv
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -16,6 +17,8 @@ from hypothesis import strategies as st
 
 from loopscale.analysis.price import PriceSettings, plan_price, price
 from loopscale.design.sequential import look_counts, look_sizes, simulations_for, spent
+from loopscale.io import claim_folder
+from loopscale.sweep.plan import plan_sweep
 
 BASE = Path(__file__).resolve().parents[2] / "results" / "laptop-factorial"
 
@@ -77,16 +80,18 @@ def _fake_training(monkeypatch, offset: float, calls: list) -> None:
 
     def run_sweep(spec, out, workers=None):
         Path(out).mkdir(parents=True, exist_ok=True)
-        specs["spec"] = spec
-        calls.append(len(spec.groups))
-        return {g.name: "ok" for g in spec.groups}
+        claim_folder(Path(out), "sweep")  # as the real one does once it has written sweep.yaml
+        if spec is not None:
+            specs["spec"] = spec
+        calls.append(len(specs["spec"].groups))
+        return {g.name: "ok" for g in specs["spec"].groups}
 
-    def collect(out):
+    def collect(out):  # like a real folder: every run trained so far, including later looks' pairs
         rows = []
-        for g in specs["spec"].groups:
-            cell = (float(g.grid[0].budget), str(g.grid[0].widths[0]), str(g.rs[0]), str(g.seeds[0]))
+        for run in plan_sweep(specs["spec"]):
+            cell = (run.budget, str(run.width), str(run.r), str(run.seed))
             row = next(r for r in base if (float(r["budget"]), r["width"], r["r"], r["seed"]) == cell)
-            rows.append({**row, "run": f"{g.name}_C{row['budget']}", "loss": float(row["loss"]) + offset})
+            rows.append({**row, "run": run.name, "loss": float(row["loss"]) + offset})
         return rows, None, None
 
     monkeypatch.setattr(loopscale.sweep.runner, "run_sweep", run_sweep)
@@ -127,3 +132,19 @@ def test_price_without_an_effect_looks_to_the_end_and_names_nothing(tmp_path, mo
     pooled = doc["looks"][-1]["cluster_sd"]
     assert pooled["df"] >= 0 and pooled["cluster_sd"] > 0
     assert np.isfinite(doc["looks"][-1]["delta_phi_half_width"])
+
+
+def test_a_rerun_replays_each_look_on_its_own_pairs_and_trains_nothing_finished(tmp_path, monkeypatch):
+    """A folder that already holds every look's runs (a finished or a lengthened price) is replayed: look k
+    reads its first pairs only, so it answers as it did the first time, and no finished run is retrained."""
+    import loopscale.sweep.rundir
+
+    calls: list = []
+    _fake_training(monkeypatch, 0.0, calls)
+    first = price(_settings(tmp_path), echo=lambda line: None)
+    monkeypatch.setattr(loopscale.sweep.rundir, "run_state", lambda root, name: SimpleNamespace(status="ok"))
+    calls.clear()
+    again = price(_settings(tmp_path), echo=lambda line: None)
+    assert calls == [] and [k["pairs"] for k in again["looks"]] == [4, 6, 8]
+    assert again["looks"] == first["looks"]
+    assert again["effects"]["n_pairs"] == 8

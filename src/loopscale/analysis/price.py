@@ -147,6 +147,8 @@ def price(settings: PriceSettings, echo=print) -> dict:
     from loopscale.fit.table import load_table
     from loopscale.io import atomic_write_json, check_output
     from loopscale.sweep.collect import collect
+    from loopscale.sweep.plan import plan_sweep
+    from loopscale.sweep.rundir import SPEC_FILE, open_sweep, run_state
     from loopscale.sweep.runner import run_sweep, with_data
     from loopscale.sweep.spec import SweepSpec
 
@@ -179,10 +181,16 @@ def price(settings: PriceSettings, echo=print) -> dict:
             data = prepare_default(
                 settings.data_root, vocab_size=spec.model["vocab_size"], seq_len=spec.model["seq_len"]
             )
-        statuses = run_sweep(with_data(spec, str(data)), settings.out, workers=settings.workers)
-        rows = [row for row in collect(settings.out)[0] if row.get("status") == "ok"]
+        names = {run.name for run in plan_sweep(spec)}
+        if not all(run_state(settings.out, name).status == "ok" for name in names):
+            # a rerun whose folder already holds a later look's pairs resumes that sweep as it stands
+            recorded = open_sweep(settings.out)[0] if (settings.out / SPEC_FILE).exists() else None
+            resume = recorded is not None and recorded.extends(spec)
+            run_sweep(None if resume else with_data(spec, str(data)), settings.out, workers=settings.workers)
+        # each look reads its own pairs only, so a replayed look sees what it saw the first time
+        rows = [row for row in collect(settings.out)[0] if row["run"] in names and row.get("status") == "ok"]
         if len(rows) < n:
-            failed = sorted(r for r, s in statuses.items() if s != "ok")
+            failed = sorted(names - {row["run"] for row in rows})
             raise UserError(
                 f"{n - len(rows)} variant run(s) did not finish ({', '.join(failed)}): rerun "
                 "`loopscale price` with the same arguments to resume"
