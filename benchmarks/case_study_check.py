@@ -6,7 +6,7 @@ Reads only the two ``results.csv`` tables, the arm's ``compare.json`` and its ``
 ``csv``/``json``; no ``loopscale.fit`` import), then checks:
 
 1. ``compare.json`` holds ``delta_phi`` {estimate, ci, p, method}, ``delta_phi_separate``, ``per_budget`` (a
-   list of {budget, delta_phi, ci}), ``verdict`` and ``law_check`` per arm;
+   list of {budget, delta_phi, ci}) and ``law_check`` per arm;
 2. at least 6 of the arm's looped runs are replicate seeds (seed ≠ 0);
 3. every variant run is below the bigram table (nats);
 4. an independent shared-nuisance refit agrees with ``delta_phi.estimate`` within 0.03: the base arm's runs
@@ -106,11 +106,10 @@ def main() -> int:
         and "delta_phi_separate" in compare
         and bool(per_budget)
         and all({"budget", "delta_phi", "ci"} <= set(row) for row in per_budget)
-        and "verdict" in compare
         and {"base", "variant"} <= set(compare.get("law_check") or {})
     )
     check(keys_ok, "compare.json: delta_phi {estimate, ci, p, method}, delta_phi_separate, per_budget, "
-          "verdict, law_check per arm")  # fmt: skip
+          "law_check per arm")  # fmt: skip
     looped = [row for row in variant if int(row["r"]) > 1]
     replicates = sum(int(row["seed"]) != 0 for row in looped)
     check(replicates >= MIN_REPLICATES, f"{replicates} replicate-seed variant runs (≥ {MIN_REPLICATES})")

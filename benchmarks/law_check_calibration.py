@@ -20,9 +20,10 @@ import numpy as np
 from loopscale.fit import load_table
 from loopscale.fit.fitter import fit_law
 from loopscale.fit.law import law_loss
-from loopscale.fit.lawcheck import _tests, check_law
+from loopscale.fit.lawcheck import check_law
 from loopscale.io import atomic_write_json
 from loopscale.paper import JOINT_FIT, MAIN_GRID, grid_runs
+from loopscale.present.law_check import law_reasons
 
 
 def simulated_paper_grid(sigma: float, seed: int) -> list[dict]:
@@ -49,22 +50,22 @@ def main() -> None:
     for k in range(args.tables):
         table = load_table(simulated_paper_grid(args.sigma, args.seed + k))
         fit = fit_law(table, restarts=args.restarts, seed=k)
-        doc = check_law(table, fit, noise=args.sigma if args.noise else None, resamples=0, seed=k)
-        tests = _tests(doc)
+        check = check_law(table, fit, noise=args.sigma if args.noise else None, resamples=0, seed=k)
+        p_values = [e.p for e in check.evidence]
         rows.append(
             {
                 "table": k,
-                "verdict": doc["verdict"],
-                "reasons": doc["reasons"],
-                "min_p": min(p for p, _ in tests),
-                "threshold": doc["threshold"],
-                "p_values": [p for p, _ in tests],
+                "verdict": check.verdict,
+                "reasons": law_reasons(check),
+                "min_p": min(p_values),
+                "threshold": check.threshold,
+                "p_values": p_values,
             }
         )
         holds = sum(r["verdict"] == "holds" for r in rows)
         print(
-            f"table {k + 1}/{args.tables} ({time.perf_counter() - start:.0f} s): {doc['verdict']}, "
-            f"min p {rows[-1]['min_p']:.3g} (threshold {doc['threshold']:.3g}); holds so far {holds}/{k + 1}",
+            f"table {k + 1}/{args.tables} ({time.perf_counter() - start:.0f} s): {check.verdict}, "
+            f"min p {rows[-1]['min_p']:.3g} (threshold {check.threshold:.3g}); holds so far {holds}/{k + 1}",
             flush=True,
         )
     summary = {

@@ -53,7 +53,7 @@ def main() -> None:
     sd, cluster_sd = plan["sigma_pair"], plan["cluster_sd"]
     sim = Simulator(
         np.zeros(len(runs)), law.phi_slope(law.theta)[0], law.token_part(law.draws), law.phi_slope(law.draws),
-        runs.r > 1, cluster, {"iid": sd**2, "cluster": cluster_sd**2}, plan["noise"]["df"],
+        runs.r > 1, cluster, {"iid": sd**2, "cluster": cluster_sd**2}, plan["noise"].df,
         known_covariance(cluster, sd, cluster_sd),
     )  # fmt: skip
     counts = plan["pairs"]["counts"]

@@ -5,6 +5,7 @@ and an unidentified φ, which gets no number."""
 
 from __future__ import annotations
 
+from loopscale.fit.results import Evidence, LawCheck, LawExtension, RunNoise, TrendPower
 from loopscale.report.verdict import lead_blocks, pipeline_check, summary_line
 from loopscale.sweep import plan_sweep, preset
 
@@ -14,7 +15,35 @@ INCONCLUSIVE = (
 )
 
 
-def _doc(verdict: str, phi_identified: bool = True, headline: str = INCONCLUSIVE) -> dict:
+def _check(verdict: str) -> dict:
+    """A law check (``fit.results.LawCheck``, as fit.json holds it) whose headline is the one these tests
+    read: 3 tests and no power (inconclusive), 6 tests and power 0.93 (holds), φ falling 0.40 per decade
+    (rejected), 2 budgets (untestable)."""
+    noise = RunNoise(sigma=None, df=None, ci=None, source="none")
+    trend = LawExtension(
+        form="phi-trend-c", label="phi_1 per decade of C", covariate="log10(C / C_ref)", estimate=-0.40,
+        ci=None, phi0=0.47, lr=15.9, F=16.1, df=(1, 61), p=0.00017, aic=-681.8, rmse=0.023, at_bound=(),
+        ext_ref=12.8,
+    )  # fmt: skip
+    parts = dict(
+        verdict=verdict, family_level=0.01, noise=noise, rmse=0.02, lack_of_fit=None, leave_one_budget_out=(),
+        extensions=(trend,) if verdict == "rejected" else (), per_budget_phi=(), halves=(), decomposition={},
+        selected_form="paper", budgets=2 if verdict == "untestable" else 4,
+    )  # fmt: skip
+    if verdict == "rejected":
+        evidence = (Evidence("extension", 0.00017, key="phi-trend-c"),)
+        rejected = LawCheck(**parts, evidence=evidence, rejected_by=evidence, tests=6, threshold=0.01 / 6)
+        return rejected.to_dict()
+    if verdict == "untestable":
+        return LawCheck(**parts, untestable="too_few_budgets").to_dict()
+    tests = 6 if verdict == "holds" else 3
+    power = TrendPower(test="phi-trend-c", drift_per_decade=-0.40, level=0.01 / tests,
+                       value=0.934 if verdict == "holds" else 0.0)  # fmt: skip
+    evidence = tuple(Evidence("held_out_budget", 0.5, budget=float(c)) for c in range(tests))
+    return LawCheck(**parts, evidence=evidence, tests=tests, threshold=0.01 / tests, power=power).to_dict()
+
+
+def _doc(verdict: str, phi_identified: bool = True) -> dict:
     return {
         "fit": {"phi": 0.55, "r2": 0.98},
         "diagnostics": {"phi_identified": phi_identified},
@@ -23,7 +52,7 @@ def _doc(verdict: str, phi_identified: bool = True, headline: str = INCONCLUSIVE
         "bootstrap": {"level": 0.95},
         "profile": None,
         "settings": {},
-        "law_check": {"verdict": verdict, "headline": headline, "reasons": [headline]},
+        "law_check": _check(verdict),
     }
 
 
@@ -48,7 +77,7 @@ def test_runs_above_the_bigram_table_make_a_pipeline_check():
 
 def test_a_rejected_law_leads_with_its_evidence():
     headline = "one constant phi is rejected: phi falls 0.40 per decade of compute (F = 16.1, p = 0.00017)"
-    line = _line(_doc("rejected", headline=headline))
+    line = _line(_doc("rejected"))
     assert line.startswith(headline + ". phi = 0.550 (constant-φ law, rejected; ")
 
 
@@ -76,15 +105,18 @@ def test_a_law_that_holds_with_power_says_so():
         "the law holds on these runs: none of 6 tests rejects one constant phi (family level 0.01; the "
         "phi-trend test had power 0.93 to detect phi falling 0.40 per decade of compute)"
     )
-    line = _line(_doc("holds", headline=headline), finished=68, below=68)
+    line = _line(_doc("holds"), finished=68, below=68)
     assert line.startswith(headline + ". phi = 0.550 (")
-    lead = lead_blocks(_doc("holds", headline=headline))
+    lead = lead_blocks(_doc("holds"))
     assert lead[0].endswith("; **φ = 0.550**: bootstrap 95% CI [0.400, 0.700].")
 
 
 def test_an_unchecked_law_and_missing_baselines():
-    untestable = _doc("untestable", headline="law not checked: 2 budget(s)")
-    assert _line(untestable).startswith("the law could not be checked: law not checked: 2 budget(s). phi = ")
+    untestable = _doc("untestable")
+    assert _line(untestable).startswith(
+        "the law could not be checked: law not checked: 2 budget(s); checking that one φ holds across "
+        "budgets needs at least 3. phi = "
+    )
     assert "given a law not checked on these runs" in _line(untestable)
     line = _line(_doc("inconclusive"), below=None)
     assert line.startswith("too few to reject") and ", bigram table not available [sweep demo]" in line

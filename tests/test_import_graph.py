@@ -153,3 +153,46 @@ def test_fit_computes_from_tables_and_imports_no_layer_above_or_beside_it():
         if name.startswith("loopscale.fit")
     }
     assert not {k: v for k, v in leaks.items() if v}, leaks
+
+
+# What report/ may import besides report/ and present/: types, labels, closed-form reads of a fitted law and
+# the files a sweep publishes; never a fit, a collect, a training or data step, or the analysis driver.
+REPORT_MAY_IMPORT = (
+    "loopscale.fit.results",
+    "loopscale.fit.labels",
+    "loopscale.fit.law",
+    "loopscale.fit.analyses",
+    "loopscale.fit.table",
+    "loopscale.config",
+    "loopscale.errors",
+    "loopscale.io",
+    "loopscale.paper",
+    "loopscale.published",
+    "loopscale.sweep.results",
+    "loopscale.eval.axes",
+)
+
+
+def test_report_only_renders():
+    """Issue 42: report/ lays out what the analysis computed: it imports no fitting, collecting, training
+    or data code, no analysis driver, and neither torch nor SciPy (``report --from`` re-renders in
+    seconds)."""
+    graph, packages = import_graph()
+    inside = ("loopscale.report", "loopscale.present")
+    leaks = {
+        name: sorted(t for t in targets if not t.startswith(inside) and not t.startswith(REPORT_MAY_IMPORT))
+        for name, targets in graph.items()
+        if name.startswith("loopscale.report")
+    }
+    assert not {k: v for k, v in leaks.items() if v}, leaks
+    heavy = {name: sorted(tops & {"torch", "scipy"}) for name, tops in packages.items()}
+    assert not {k: v for k, v in heavy.items() if k.startswith("loopscale.report") and v}
+
+
+def test_fit_writes_no_sentence_draws_no_figure():
+    """Issue 42: fit/ returns numbers (``fit.results``); sentences and figures live in present/, so fit/
+    imports neither matplotlib nor present/."""
+    graph, packages = import_graph()
+    fit = {name for name in graph if name.startswith("loopscale.fit")}
+    assert sorted(name for name in fit if "matplotlib" in packages[name]) == []
+    assert sorted((n, t) for n in fit for t in graph[n] if t.startswith("loopscale.present")) == []

@@ -45,6 +45,7 @@ HYPERCONNECTION_GRID: dict[float, tuple[int, ...]] = {
 JOINT_FIT = {"A": 28.027, "alpha": 0.19924, "B": 915.82, "beta": 0.36863, "E": 1.56773, "phi": 0.459}
 PHI_CI = (0.41, 0.53)
 BASELINE_FOUR_BUDGET_PHI = 0.453
+PAPER_EFFECTS = {"truncated BPTT": -0.073, "hyperconnections": 0.193}  # method §9.11: 0.453 → 0.380 / 0.646
 
 
 def paper_template() -> ModelConfig:
@@ -93,3 +94,12 @@ def grid_runs(
 def ceil_half(r: int) -> int:
     """Parcae's truncation window k = ⌈r/2⌉ used in the truncated-BPTT case study."""
     return -(-r // 2)
+
+
+def paper_effect(name: str) -> tuple[str, float] | None:
+    """The paper's Δφ for a variant whose name says which case study it is (method §9.11)."""
+    lowered = name.lower()
+    for key, value in PAPER_EFFECTS.items():
+        if key.split()[0].lower()[:8] in lowered.replace("-", " "):
+            return key, value
+    return None

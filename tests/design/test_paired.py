@@ -79,8 +79,8 @@ def test_power_grows_with_the_effect():
 
 def test_plan_on_the_published_base_uses_its_seed_noise_and_run_times():
     plan = plan_pairs(BASE, count=4, restarts=30)
-    assert plan["noise"]["df"] == 12 and plan["cost_unit"] == "s"
-    assert plan["sigma_pair"] == pytest.approx(math.sqrt(2) * plan["noise"]["sigma"])
+    assert plan["noise"].df == 12 and plan["cost_unit"] == "s"
+    assert plan["sigma_pair"] == pytest.approx(math.sqrt(2) * plan["noise"].sigma)
     assert len({int(plan["table"].r[i]) for i in plan["picked"]["runs"]}) >= 2
 
 

@@ -6,6 +6,7 @@ lm-evaluation-harness' `hf` backend; bad input is one line and exit 2 with nothi
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import math
 import shutil
@@ -20,10 +21,13 @@ from loopscale.accounting import count_params, flops_per_token
 from loopscale.cli import main
 from loopscale.config import ModelConfig
 from loopscale.data import PackedDataset
+from loopscale.fit.results import TrendPower, read_law_check
 from loopscale.published import absolute_paths
 from loopscale.train import load_checkpoint_model
 
 from .conftest import MODES, SEQ_LEN, VAL_TOKENS, tiny_config
+
+REPO = Path(__file__).resolve().parents[2]
 
 transformers = pytest.importorskip("transformers", reason="the `hf` extra (transformers) is not installed")
 
@@ -359,26 +363,30 @@ def test_sweep_run_card_has_phi_and_the_law_check(runs, tmp_path):
     run = sweep / "runs" / "main_C1e9_d32_r2"
     shutil.copytree(runs["linear"], run)
     (sweep / "sweep.yaml").write_text("name: tiny\n")
+    # the published laptop sweep's law check (rejected), read through its converter
+    published = json.loads((REPO / "results" / "laptop-factorial" / "fit.json").read_text())["law_check"]
+    check = read_law_check(published)
     fit = {"fit": {"phi": 0.4741, "n_runs": 60}, "ci": {"phi": [0.3487, 0.5955]},
-           "ci_method": "random_effects_bootstrap",
-           "law_check": {"verdict": "rejected",
-                         "headline": f"one constant phi is rejected: phi falls (see {sweep}/fit.json)"}}
+           "ci_method": "random_effects_bootstrap", "law_check": check.to_dict()}  # fmt: skip
     (sweep / "fit.json").write_text(json.dumps(fit))
     out = tmp_path / "export" / "tiny-r2"
     assert main(["export", str(run), "--out", str(out)]) == 0
     card = (out / "README.md").read_text()
     assert "sweep `tiny`" in card and "`../../sweeps/tiny` from this folder" in card
     assert "φ = 0.474, 95% CI [0.349, 0.596] (random effects bootstrap)" in card
-    assert "Law check: **rejected** — one constant phi is rejected" in card
+    assert "Law check: **rejected** — one constant phi is rejected: phi falls 0.40 per decade" in card
     assert absolute_paths(card) == [] and str(tmp_path) not in card
     # a φ the runs do not identify gets no interval, and a law too weakly tested is no measurement either
     fit["diagnostics"] = {"phi_identified": False}
-    fit["law_check"] = {"verdict": "inconclusive", "headline": "too few to reject one constant phi (…)"}
+    power = TrendPower("phi-trend-c", -0.40, check.threshold, 0.12)
+    weak = dataclasses.replace(check, verdict="inconclusive", rejected_by=(), power=power)
+    fit["law_check"] = weak.to_dict()
     (sweep / "fit.json").write_text(json.dumps(fit))
     assert main(["export", str(run), "--out", str(tmp_path / "export" / "again")]) == 0
     card = (tmp_path / "export" / "again" / "README.md").read_text()
     assert "φ is not identified by the sweep's runs over 60 runs" in card and "95% CI" not in card
-    assert "Law check: **inconclusive** — too few to reject one constant phi (…) (φ is then no" in card
+    assert "Law check: **inconclusive** — too few to reject one constant phi (none of" in card
+    assert "(φ is then no measurement: the runs are too few to test the law)" in card
 
 
 def test_a_run_with_a_checkpoint_only_is_exported_from_it(runs, tmp_path):

@@ -79,7 +79,7 @@ def test_fit_document_layout(fitted):
 
 def test_fit_writes_png_and_svg_figures(fitted):
     tmp, _ = fitted
-    from loopscale.fit.plots import FIGURES  # collapse, loop_tax, isoflop, phi_profile, phi_bootstrap, …
+    from loopscale.present.plots import FIGURES  # collapse, loop_tax, isoflop, phi_profile, phi_bootstrap, …
 
     names = sorted(p.name for p in (tmp / "plots").iterdir() if p.name != ".loopscale")  # the folder's marker
     assert names == sorted(f"{n}.{ext}" for n in FIGURES for ext in ("png", "svg"))

@@ -18,6 +18,7 @@ from loopscale.fit.case_study import compare_arms
 from loopscale.fit.compare import delta_phi_shared, make_arms, per_budget, shared_model
 from loopscale.fit.law import law_loss, objective_and_gradient
 from loopscale.paper import JOINT_FIT, MAIN_GRID
+from loopscale.present.compare_text import case_study_verdict
 
 from .conftest import simulated_grid
 
@@ -149,7 +150,8 @@ def test_the_document_leads_with_a_verdict_and_carries_the_matched_changes():
         bootstrap_restarts=3,
         noise=0.003,
     )
-    assert doc["verdict"].startswith("truncated BPTT: lowers phi by 0.1")  # the pairs name a change of φ
+    # the pairs name a change of φ
+    assert case_study_verdict(doc).startswith("truncated BPTT: lowers phi by 0.1")
     assert doc["effects"]["chosen"] == "delta phi"
     assert doc["law_check"]["base"]["verdict"] == "holds"
     lc = doc["loss_change"]
@@ -169,10 +171,10 @@ def test_compare_cli_writes_compare_json_and_refuses_bad_input(tmp_path, capsys)
     assert main([*argv, *cheap, "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert {"estimate", "ci", "p", "method"} <= set(doc["delta_phi"])
-    assert {"delta_phi_separate", "per_budget", "verdict", "law_check"} <= set(doc)
+    assert {"delta_phi_separate", "per_budget", "law_check"} <= set(doc) and "verdict" not in doc  # no prose
     assert set(doc["law_check"]) == {"base", "variant"}
     assert all({"budget", "delta_phi", "ci"} <= set(row) for row in doc["per_budget"])
-    assert capsys.readouterr().out.splitlines()[0] == doc["verdict"]
+    assert capsys.readouterr().out.splitlines()[0] == case_study_verdict(doc)
     for bad, message in ((["--bootstrap", "1"], "--bootstrap"), (["--noise", "-1"], "--noise")):
         code = main([*argv, *bad])
         err = capsys.readouterr().err
@@ -203,7 +205,6 @@ def test_an_end_within_monte_carlo_error_of_zero_grows_the_bootstrap_and_gives_n
     from scipy.stats import t as t_dist
 
     from loopscale.fit import compare
-    from loopscale.fit.case_study import verdict
 
     arms = make_arms(*(load_table(rows) for rows in _arms_rows(0.193, 0.003, seed=11)))
     df = compare.variant_groups(arms) - 1
@@ -218,8 +219,8 @@ def test_an_end_within_monte_carlo_error_of_zero_grows_the_bootstrap_and_gives_n
     assert lo_range[0] < 0 < lo_range[1] and lo_range[0] <= out["ci"][0] <= lo_range[1]
     doc = {"name": "v", "delta_phi": out, "per_budget": [], "power": {}, "law_check": None}
     doc["settings"] = {"fixed": {}}
-    assert verdict(doc).startswith("delta phi not resolved for v, on the edge")
-    assert "even at 800 resamples" in verdict(doc)
+    assert case_study_verdict(doc).startswith("delta phi not resolved for v, on the edge")
+    assert "even at 800 resamples" in case_study_verdict(doc)
 
 
 def test_a_clear_interval_settles_at_the_requested_count(monkeypatch):
@@ -275,7 +276,7 @@ def test_a_ladder_whose_recipe_hurts_every_model_gets_that_verdict():
     e = doc["effects"]
     assert e["plain_pairs"] == 7 and e["anchors"] == "paired"
     assert "delta_phi" not in e["chosen_terms"] and "offset" not in e["chosen_terms"]
-    verdict = doc["verdict"]
+    verdict = case_study_verdict(doc)
     assert "changes every model" in verdict and "plain ones most" in verdict, verdict
     assert "phi by" not in verdict and "a constant" not in verdict
     assert all(row["delta_phi"] is None and "free parameters" in row["reason"] for row in doc["per_budget"])

@@ -13,11 +13,12 @@ import pytest
 
 from loopscale.cli import main
 from loopscale.fit import load_table
-from loopscale.fit.case_study import compare_arms, format_compare
+from loopscale.fit.case_study import compare_arms
 from loopscale.fit.compare import bootstrap_shared, make_arms, shared_model
 from loopscale.fit.law import PARAMS
 from loopscale.fit.priors import NO_LAW_CHECK, build_held
 from loopscale.paper import JOINT_FIT
+from loopscale.present.compare_text import case_study_verdict, format_compare
 
 from .test_compare import _arms_rows
 
@@ -48,7 +49,7 @@ def test_held_at_the_truth_recovers_delta_phi_and_reports_what_was_held():
     assert doc["settings"]["fixed"] == {k: {"value": v, "source": "--fix"} for k, v in TRUTH.items()}
     assert doc["settings"]["prior"] is None
     assert doc["law_check"] is None and doc["notes"] == [NO_LAW_CHECK]
-    assert doc["verdict"].endswith("(given alpha, beta, E held fixed, not fitted)")
+    assert case_study_verdict(doc).endswith("(given alpha, beta, E held fixed, not fitted)")
     text = format_compare(doc)
     assert "held fixed (not fitted, no CI of their own): alpha = 0.19924 (--fix)" in text
     assert f"note: {NO_LAW_CHECK}" in text
@@ -84,7 +85,7 @@ def test_compare_cli_prior_paper_stores_its_source(tmp_path):
     assert {k: v["source"] for k, v in doc["settings"]["fixed"].items()} == dict.fromkeys(HELD, "paper")
     assert doc["settings"]["prior"]["source"] == "paper" and doc["settings"]["prior"]["resampled"] is False
     assert doc["runs"]["budgets"] == low and doc["law_check"] is None
-    assert "prior paper: the published law" in text and text.splitlines()[0] == doc["verdict"]
+    assert "prior paper: the published law" in text and text.splitlines()[0] == case_study_verdict(doc)
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ from loopscale.fit.fitter import LawFit
 from loopscale.fit.law import LOWER, PARAM_LABELS, PARAMS, PHI, UPPER, at_bound, bound_names, law_loss
 from loopscale.fit.profile import compare_intervals, profile_phi
 from loopscale.paper import JOINT_FIT, grid_runs
+from loopscale.present.fit_text import protocol_text
 
 from .conftest import demo_like_grid, simulated_grid
 
@@ -72,7 +73,7 @@ def test_profile_document_is_a_chi2_calibrated_deviance(well_posed):
 def test_r2_is_reported_beside_the_objective_with_a_note(well_posed):
     note = well_posed.diagnostics["objective_note"]
     assert "Huber" in note and "R²" in note and "\n" not in note
-    text = well_posed.format()
+    text = protocol_text(well_posed)
     assert text.splitlines()[0] == well_posed.diagnostics["verdict"]
     assert "objective vs R2: " + note in text
     line = next(x for x in text.splitlines() if x.startswith("phi = "))
@@ -91,7 +92,7 @@ def test_demo_like_grid_is_flagged_not_identified(badly_posed):
     assert doc["profile"] is None
     assert any(note.startswith("no profile interval: φ is not identified") for note in doc["notes"])
     # the CLI text leads with it, and φ's line says so
-    text = badly_posed.format()
+    text = protocol_text(badly_posed)
     assert text.startswith("φ is not identified") and "NOT IDENTIFIED" in text
 
 

@@ -22,11 +22,11 @@ from loopscale.fit.effect_rule import (
     noise_components,
     wild_cluster_p,
 )
-from loopscale.fit.effect_text import effect_sentence
 from loopscale.fit.effects import analyse_pairs, match_pairs, with_base_fit
 from loopscale.fit.fitter import fit_law
 from loopscale.fit.law import law_loss
 from loopscale.fit.table import RunTable, load_table
+from loopscale.present.effect_text import effect_sentence
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 TRUE = {"E": 1.9, "A": 60.0, "B": 40.0, "alpha": 0.35, "beta": 0.28, "phi": 0.45}

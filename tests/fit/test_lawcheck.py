@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -22,7 +23,10 @@ from loopscale.fit.law import (
     objective_and_gradient,
 )
 from loopscale.fit.lawcheck import check_law, lack_of_fit, phi_halves, replicate_noise, residual_decomposition
+from loopscale.fit.results import Evidence, HalfPhi, LawCheck, RecordError, RunNoise
 from loopscale.paper import JOINT_FIT
+from loopscale.present.compare_text import case_study_verdict
+from loopscale.present.law_check import law_headline
 
 from .conftest import simulated_grid
 
@@ -110,17 +114,17 @@ def test_replicate_noise_and_lack_of_fit_match_a_hand_computation():
     table = load_table(rows + extra)
     noise = replicate_noise(table)
     ss = sum(d * d / 2 for d in (0.02, -0.01, 0.03))
-    assert noise["df"] == 3 and noise["replicated_runs"] == 6
-    assert noise["sigma"] == pytest.approx(math.sqrt(ss / 3))
+    assert noise.df == 3 and noise.replicated_runs == 6
+    assert noise.sigma == pytest.approx(math.sqrt(ss / 3))
     resid = np.full(len(table), 0.01)
     lof = lack_of_fit(resid, 6, noise)
     n = len(table)
     df_lack = n - 6 - 3
     stat = ((resid**2).sum() - ss) / df_lack / (ss / 3)
-    assert lof["statistic"] == pytest.approx(stat)
-    assert lof["p"] == pytest.approx(f_dist.sf(stat, df_lack, 3))
-    stated = lack_of_fit(resid, 6, {"sigma": 0.01, "source": "--noise"})
-    assert stated["test"] == "chi2" and stated["statistic"] == pytest.approx(n)
+    assert lof.statistic == pytest.approx(stat)
+    assert lof.p == pytest.approx(f_dist.sf(stat, df_lack, 3))
+    stated = lack_of_fit(resid, 6, RunNoise(sigma=0.01, df=None, ci=None, source="--noise"))
+    assert stated.test == "chi2" and stated.statistic == pytest.approx(n)
 
 
 @settings(max_examples=25, deadline=None)
@@ -155,24 +159,26 @@ def test_law_check_holds_on_the_published_law_with_iid_noise():
     # the paper's 116-run grid, as in the calibration (benchmarks/law_check_calibration.py: 20 of 20 hold)
     table = load_table(simulated_grid(noise=0.01, seed=1))
     fit = fit_law(table, restarts=40)
-    doc = check_law(table, fit, noise=0.01, resamples=0, restarts=5)
-    assert doc["verdict"] == "holds", doc["reasons"]
-    assert doc["selected_form"] == "paper"
-    assert len(doc["leave_one_budget_out"]) == 6
-    assert {e["form"] for e in doc["extensions"]} == set(EXTENSIONS)
-    assert doc["lack_of_fit"]["source"] == "--noise"
-    json.dumps(doc)  # serialisable as it stands
+    check = check_law(table, fit, noise=0.01, resamples=0, restarts=5)
+    assert check.verdict == "holds", law_headline(check)
+    assert check.selected_form == "paper" and check.rejected_by == ()
+    assert len(check.leave_one_budget_out) == 6
+    assert {e.form for e in check.extensions} == set(EXTENSIONS)
+    assert check.lack_of_fit.source == "--noise"
+    assert LawCheck.from_dict(json.loads(json.dumps(check.to_dict()))) == check  # a JSON round trip
 
 
 def test_law_check_rejects_a_phi_that_drifts_with_compute():
     table = load_table(_rows(noise=0.005, seed=2, phi_slope=-0.4))
     fit = fit_law(table, restarts=40)
-    doc = check_law(table, fit, resamples=0, restarts=5)
-    assert doc["verdict"] == "rejected"
-    assert doc["headline"].startswith("one constant phi is rejected: phi falls")
-    assert "per decade of compute" in doc["headline"]
-    assert doc["selected_form"] == "phi-trend-c"
-    per_budget = [row["phi"] for row in doc["per_budget_phi"]]
+    check = check_law(table, fit, resamples=0, restarts=5)
+    assert check.verdict == "rejected"
+    assert check.rejected_by[0] == Evidence("extension", check.rejected_by[0].p, key="phi-trend-c")
+    headline = law_headline(check)
+    assert headline.startswith("one constant phi is rejected: phi falls")
+    assert "per decade of compute" in headline
+    assert check.selected_form == "phi-trend-c"
+    per_budget = [row.phi for row in check.per_budget_phi]
     assert per_budget == sorted(per_budget, reverse=True)  # φ falls with the budget
 
 
@@ -180,19 +186,19 @@ def test_law_check_is_untestable_with_two_budgets():
     rows = [r for r in _rows(noise=0.01) if r["budget"] < 3e18]
     table = load_table(rows)
     fit = fit_law(table, restarts=20)
-    doc = check_law(table, fit, resamples=0, restarts=5)
-    assert doc["verdict"] == "untestable"
-    assert "2 budget(s)" in doc["headline"]
+    check = check_law(table, fit, resamples=0, restarts=5)
+    assert check.verdict == "untestable" and check.untestable == "too_few_budgets" and check.budgets == 2
+    assert "2 budget(s)" in law_headline(check)
 
 
 def test_a_law_exact_table_is_untestable_not_rejected():
     """Losses exactly on the law: every RSS is rounding (≈ 1e-30), so an F ratio of two of them is noise;
     the check says it tested nothing instead of rejecting or holding."""
     table = load_table(_rows(noise=0.0))
-    doc = check_law(table, fit_law(table, restarts=20), resamples=0, restarts=5)
-    assert doc["verdict"] == "untestable" and doc["tests"] == 0
-    assert "no residual variance" in doc["headline"]
-    assert all(e["p"] is None for e in doc["extensions"])
+    check = check_law(table, fit_law(table, restarts=20), resamples=0, restarts=5)
+    assert check.verdict == "untestable" and check.tests == 0 and check.untestable == "no_residual"
+    assert "no residual variance" in law_headline(check)
+    assert all(e.p is None for e in check.extensions)
 
 
 def test_seven_runs_leave_the_extensions_no_degree_of_freedom():
@@ -204,9 +210,9 @@ def test_seven_runs_leave_the_extensions_no_degree_of_freedom():
             narrowest[key] = row
     rows = list(narrowest.values())[:7]
     table = load_table(rows)
-    doc = check_law(table, fit_law(table, restarts=20), resamples=0, restarts=5)
-    assert {e["df"][1] for e in doc["extensions"]} == {0}
-    assert all(e["p"] is None and e["F"] is None for e in doc["extensions"])
+    check = check_law(table, fit_law(table, restarts=20), resamples=0, restarts=5)
+    assert {e.df[1] for e in check.extensions} == {0}
+    assert all(e.p is None and e.F is None for e in check.extensions)
 
 
 def test_random_effects_bootstrap_widens_under_a_shared_effect():
@@ -315,7 +321,7 @@ def test_cli_compare_leads_with_a_rejected_law(tmp_path):
     assert doc["law_check"]["variant"]["verdict"] == "rejected"
     first = out.splitlines()[0]  # the verdict: the rejection first, then what the matched pairs say
     assert first.startswith("the law check rejects one constant phi on the variant arm")
-    assert first == doc["verdict"] and "delta phi beyond an offset: p =" in first
+    assert first == case_study_verdict(doc) and "delta phi beyond an offset: p =" in first
 
 
 def test_phi_halves_give_each_ci_end_its_monte_carlo_range():
@@ -325,12 +331,12 @@ def test_phi_halves_give_each_ci_end_its_monte_carlo_range():
     halves = {
         name: fit_law(table.subset(mask), restarts=10) for name, mask in table.budget_halves().items()
     }
-    doc = phi_halves(table, halves, resamples=40)
-    assert set(doc) == {"low", "high"} and doc["low"]["n"] + doc["high"]["n"] == len(table)
-    for row in doc.values():
-        for end, (a, b) in zip(row["ci"], row["ci_mc"]):
+    rows = phi_halves(table, halves, resamples=40)
+    assert [row.half for row in rows] == ["low", "high"] and sum(row.n for row in rows) == len(table)
+    for row in rows:
+        for end, (a, b) in zip(row.ci, row.ci_mc):
             assert (a is None or a <= end) and (b is None or end <= b)
-        json.dumps(row)
+        assert HalfPhi.from_dict(json.loads(json.dumps(row.to_dict()))) == row
 
 
 def test_a_lack_of_fit_below_one_percent_is_never_called_holds(monkeypatch):
@@ -342,6 +348,11 @@ def test_a_lack_of_fit_below_one_percent_is_never_called_holds(monkeypatch):
     fit = fit_law(table, restarts=40)
 
     real = lawcheck.lack_of_fit
-    monkeypatch.setattr(lawcheck, "lack_of_fit", lambda *a: {**real(*a), "p": 0.0022})
-    doc = check_law(table, fit, noise=0.01, resamples=0, restarts=5)
-    assert doc["verdict"] == "not rejected" and "not confirmed" in doc["headline"]
+    monkeypatch.setattr(lawcheck, "lack_of_fit", lambda *a: dataclasses.replace(real(*a), p=0.0022))
+    check = check_law(table, fit, noise=0.01, resamples=0, restarts=5)
+    assert check.verdict == "not rejected" and "not confirmed" in law_headline(check)
+    # and the type refuses the word outright: "holds" beside a lack of fit below 1% cannot be built or read
+    with pytest.raises(ValueError, match="cannot hold"):
+        dataclasses.replace(check, verdict="holds")
+    with pytest.raises(RecordError, match="cannot hold"):
+        LawCheck.from_dict({**check.to_dict(), "verdict": "holds"})

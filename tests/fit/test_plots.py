@@ -28,9 +28,9 @@ from loopscale.fit.labels import (  # noqa: E402
     percent_text,  # noqa: E402
 )
 from loopscale.fit.law import law_loss  # noqa: E402
-from loopscale.fit.plot_axes import log_locator, panel_grid  # noqa: E402
-from loopscale.fit.plots import FIGURES, _save, plot_protocol, protocol_figures  # noqa: E402
 from loopscale.fit.template import load_template  # noqa: E402
+from loopscale.present.plot_axes import log_locator, panel_grid  # noqa: E402
+from loopscale.present.plots import FIGURES, _save, plot_protocol, protocol_figures  # noqa: E402
 
 from .conftest import simulated_grid  # noqa: E402
 

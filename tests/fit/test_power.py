@@ -10,7 +10,9 @@ from loopscale.fit import load_table
 from loopscale.fit.fitter import LawFit
 from loopscale.fit.law import law_loss, theta_to_coefficients
 from loopscale.fit.lawcheck import check_law
-from loopscale.fit.power import ENOUGH_POWER, REFERENCE_PHI_DRIFT, phi_trend_power, power_text
+from loopscale.fit.power import ENOUGH_POWER, REFERENCE_PHI_DRIFT, phi_trend_power
+from loopscale.fit.results import TrendPower
+from loopscale.present.law_check import law_headline, law_reasons, power_text
 
 # A law in fit.law's parameterisation (a, b, e, alpha, beta, phi) near the laptop sweep's fit.
 THETA = np.array([2.5, 6.0, 0.6, 0.2, 0.43, 0.4])
@@ -45,29 +47,30 @@ def _fit(n_runs: int) -> LawFit:
 
 def test_power_grows_with_the_budget_span_and_is_the_level_without_a_drift():
     narrow, wide = _table([1.6e12, 1.8e12, 2e12]), _table([1e12, 1e13, 1e14])
-    low = phi_trend_power(narrow, _fit(len(narrow)), SIGMA, 0.01 / 3)["value"]
-    high = phi_trend_power(wide, _fit(len(wide)), SIGMA, 0.01 / 3)["value"]
+    low = phi_trend_power(narrow, _fit(len(narrow)), SIGMA, 0.01 / 3).value
+    high = phi_trend_power(wide, _fit(len(wide)), SIGMA, 0.01 / 3).value
     assert 0 < low < 0.05 < ENOUGH_POWER < high <= 1
-    null = phi_trend_power(wide, _fit(len(wide)), SIGMA, 0.01, drift=1e-12)["value"]
+    null = phi_trend_power(wide, _fit(len(wide)), SIGMA, 0.01, drift=1e-12).value
     assert null == pytest.approx(0.01, rel=1e-3)  # no drift: the test rejects at its level
     # more noise, less power
-    noisy = phi_trend_power(wide, _fit(len(wide)), 4 * SIGMA, 0.01 / 3)["value"]
+    noisy = phi_trend_power(wide, _fit(len(wide)), 4 * SIGMA, 0.01 / 3).value
     assert noisy < high
 
 
 def test_no_power_without_a_degree_of_freedom_or_noise():
     seven = load_table(_rows([1e12, 1e13], rs=(1, 2))[:7])
-    doc = phi_trend_power(seven, _fit(7), SIGMA, 0.01)
-    assert doc["value"] is None and "no degree of freedom" in doc["why"]
-    assert power_text(doc).startswith("no power to detect phi falling 0.40 per decade of compute (no degree")
+    power = phi_trend_power(seven, _fit(7), SIGMA, 0.01)
+    assert power.value is None and power.why == "no_df"
+    text = power_text(power)
+    assert text.startswith("no power to detect phi falling 0.40 per decade of compute (no degree")
     exact = _table([1e12, 1e13, 1e14])  # law-exact losses and no stated noise: σ from the residuals is 0
-    doc = phi_trend_power(exact, _fit(len(exact)), None, 0.01)
-    assert doc["value"] is None and "noise" in doc["why"]
+    power = phi_trend_power(exact, _fit(len(exact)), None, 0.01)
+    assert power.value is None and power.why == "no_noise"
 
 
 def test_power_text_names_the_reference_drift():
-    doc = {"drift_per_decade": REFERENCE_PHI_DRIFT, "value": 0.934}
-    assert power_text(doc) == "power 0.93 to detect phi falling 0.40 per decade of compute"
+    power = TrendPower(test="phi-trend-c", drift_per_decade=REFERENCE_PHI_DRIFT, level=0.01, value=0.934)
+    assert power_text(power) == "power 0.93 to detect phi falling 0.40 per decade of compute"
 
 
 @pytest.mark.parametrize(
@@ -77,13 +80,14 @@ def test_check_law_says_holds_only_with_power(budgets, verdict):
     """The same law and noise: three budgets within 1.25× cannot see φ drift, three decades apart can."""
     table = _table(budgets, noise=SIGMA, seed=3)
     fit = _fit(len(table))
-    doc = check_law(table, fit, noise=SIGMA, resamples=0, restarts=2)
-    assert doc["verdict"] == verdict, doc["headline"]
-    assert doc["power"]["test"] == "phi-trend-c" and doc["power"]["level"] == doc["threshold"]
+    check = check_law(table, fit, noise=SIGMA, resamples=0, restarts=2)
+    headline = law_headline(check)
+    assert check.verdict == verdict, headline
+    assert check.power.test == "phi-trend-c" and check.power.level == check.threshold
     if verdict == "holds":
-        assert doc["headline"].startswith("the law holds on these runs: none of")
-        assert doc["power"]["value"] >= ENOUGH_POWER
-        assert "the phi-trend test had power 1.00 to detect" in doc["headline"]
+        assert headline.startswith("the law holds on these runs: none of")
+        assert check.power.value >= ENOUGH_POWER
+        assert "the phi-trend test had power 1.00 to detect" in headline
     else:
-        assert doc["headline"].startswith("too few to reject one constant phi (none of")
-        assert doc["power"]["value"] < ENOUGH_POWER and doc["reasons"] == [doc["headline"]]
+        assert headline.startswith("too few to reject one constant phi (none of")
+        assert check.power.value < ENOUGH_POWER and law_reasons(check) == [headline]

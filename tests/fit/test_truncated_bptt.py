@@ -16,6 +16,7 @@ from loopscale.errors import UserError
 from loopscale.fit import compute_optimal, equivalence, load_table, run_protocol
 from loopscale.fit.analyses import SizeModel, bptt_by_r
 from loopscale.fit.template import load_template
+from loopscale.present.fit_text import protocol_text
 from loopscale.report.allocation import frontier_section
 from loopscale.report.result import result_section
 
@@ -105,7 +106,7 @@ def test_fit_and_report_of_the_truncated_table_use_truncated_flops(laptop):
     doc = protocol.to_dict()
     assert doc["compute_optimal"]["bptt_k"] == {"2": 1, "4": 2, "8": 4}
     said = "truncated BPTT: k = ⌈r/2⌉ loops backpropagated (r=2: k=1, r=4: k=2, r=8: k=4)"
-    assert said in protocol.format()
+    assert said in protocol_text(protocol)
     assert said in frontier_section(doc).blocks[0]
     text = " ".join(b for b in result_section(doc, table, laptop).blocks if isinstance(b, str))
     sentence = text[text.index("Equivalence at this scale") :]

@@ -11,20 +11,38 @@ from __future__ import annotations
 import contextlib
 import copy
 import csv
+import dataclasses
 import io
 import json
 import math
 import re
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 from loopscale.cli import main
+from loopscale.errors import UserError
 from loopscale.fit.labels import flops_label
-from loopscale.fit.plots import FIGURES
+from loopscale.fit.results import (
+    BudgetPhi,
+    Evidence,
+    HalfPhi,
+    HeldOutBudget,
+    LackOfFit,
+    LawCheck,
+    LawExtension,
+    RunNoise,
+    TrendPower,
+    law_evidence,
+    read_law_check,
+)
+from loopscale.present.figures import axis_figure
+from loopscale.present.law_check import law_headline, law_reasons
+from loopscale.present.plots import FIGURES
 from loopscale.report.allocation import minima_section
-from loopscale.report.axes import axis_figure
 from loopscale.report.design_checks import design_checks_section
 from loopscale.report.document import Document, Section
 from loopscale.report.formatting import intervals_text
@@ -33,6 +51,8 @@ from loopscale.report.result import paper_comparison
 from loopscale.report.verdict import law_verdict, lead_blocks, summary_line
 
 from .helpers import LAW, law_loss, synthetic_sweep
+
+REPO = Path(__file__).resolve().parents[2]
 
 FAILED = "main_C8e11_d16_r8"
 
@@ -381,7 +401,7 @@ def test_report_states_the_count_baselines_beside_the_runs(tmp_path, tiny_datase
 
 
 def test_machine_use_takes_the_union_of_run_spans_and_the_overhead():
-    from loopscale.report.machine import machine_use
+    from loopscale.analysis.machine import machine_use
 
     def row(start, end, wall, train, flops=1e9, tokens=1000):
         return {
@@ -406,57 +426,67 @@ def test_machine_use_takes_the_union_of_run_spans_and_the_overhead():
 
 # --- the law check from hand-written fit.json sections following its schema ------------------
 
-HEADLINE = "one constant φ is rejected: φ falls 0.52 per decade of compute; per budget 0.72 → 0.20"
 BUDGETS = [2.5e12, 4.3e12, 7.3e12, 1.25e13]
 
 
+def _extension(form: str, **kw) -> LawExtension:
+    base = dict(form=form, label="", covariate="", estimate=0.0, ci=None, phi0=0.5, lr=0.0, F=None,
+                df=(1, 60), p=None, aic=0.0, rmse=0.03, at_bound=(), ext_ref=None)  # fmt: skip
+    return LawExtension(**{**base, **kw})
+
+
 def _law_check(verdict: str) -> dict:
-    """A ``law_check`` section as ``loopscale fit`` writes it (schema: the lead's law_check_schema)."""
+    """A ``law_check`` section as ``loopscale fit`` writes it (``fit.results.LawCheck.to_dict``): rejected
+    by φ's trend and a loop-dependent floor, holding with power 0.93, or untestable on one budget."""
     rejected = verdict == "rejected"
-    return {
-        "verdict": verdict,
-        "headline": HEADLINE if rejected else ("one budget only" if verdict == "untestable" else "holds"),
-        "reasons": (
-            ["lack of fit: F = 9.1 on (44, 4) df, p = 0.02 against the replicate seeds' variance"]
-            if rejected
-            else ["one budget only: nothing to check the law against"]
-            if verdict == "untestable"
-            else ["lack of fit: F = 1.1 on (44, 4) df, p = 0.5"]
-        ),
-        "noise": {"sigma": 0.010, "df": 4, "ci": [0.006, 0.029], "source": "replicates"},
-        "leave_one_budget_out": [
-            {"budget": c, "n": 16, "rmse": 0.046, "bias": 0.02, "rmse_over_noise": 4.6,
-             "bias_over_noise": 2.0}
-            for c in BUDGETS
-        ],
-        "lack_of_fit": {
-            "test": "F", "statistic": 9.1, "df": [44, 4], "p": 0.02, "source": "replicates",
-            "rmse": 0.033, "sigma": 0.010,
-        },  # fmt: skip
-        "extensions": [
-            {
-                "form": "phi-trend-c", "label": "φ₁ per decade of C", "estimate": -0.52, "ci": [-0.67, -0.37],
-                "phi0": 0.567, "lr": 34.7, "p": 1e-8, "aic": -512.3, "rmse": 0.0258, "lobo_rmse": 0.03,
-            },
-            {
-                "form": "e-per-r", "label": "η per doubling of r", "estimate": 0.046, "ci": None,
-                "phi0": 0.91, "lr": 29.0, "p": 7e-8, "aic": -506.0, "rmse": 0.027, "lobo_rmse": None,
-            },
-        ],  # fmt: skip
-        "per_budget_phi": [
-            {"budget": c, "phi": phi, "ci": [phi - 0.12, phi + 0.13]}
-            for c, phi in zip(BUDGETS, (0.72, 0.56, 0.41, 0.20))
-        ],
-        "halves": {
-            "low": {"budgets": BUDGETS[:2], "phi": 0.60, "ci": [0.54, 0.73]},
-            "high": {
-                "budgets": BUDGETS[2:], "phi": 0.26, "ci": [-0.09, 0.52],
-                "ci_mc": [[-0.81, 0.18], [0.50, 0.55]],
-            },
-        },
-        "decomposition": {"budget": 0.036, "width": 0.059, "r": 0.142, "r_x_width": 0.718},
-        "selected_form": "phi-trend-c" if rejected else "paper",
-    }
+    noise = RunNoise(sigma=0.010, df=4, ci=(0.006, 0.029), source="replicates", ss=0.0004, replicated_runs=8)
+    statistic, p = (9.1, 0.02) if rejected else (1.1, 0.5)
+    lof = LackOfFit("F", statistic, (44, 4), p, "replicates", 0.033, 0.010)
+    lobo = tuple(
+        HeldOutBudget(budget=c, n=16, rmse=0.046, bias=0.02, rmse_over_noise=4.6, bias_over_noise=2.0)
+        for c in BUDGETS
+    )
+    extensions = (
+        _extension("phi-trend-c", label="φ₁ per decade of C", estimate=-0.52, ci=(-0.67, -0.37), phi0=0.567,
+                   lr=34.7, F=38.0, p=1e-8, aic=-512.3, rmse=0.0258, lobo_rmse=0.03),
+        _extension("e-per-r", label="η per doubling of r", estimate=0.046, phi0=0.91, lr=29.0, F=31.0,
+                   p=7e-8 if rejected else 0.3, aic=-506.0, rmse=0.027, nats_per_doubling=0.05),
+    )  # fmt: skip
+    if not rejected:
+        extensions = (dataclasses.replace(extensions[0], p=0.4, F=0.7), extensions[1])
+    per_budget = tuple(
+        BudgetPhi(budget=c, phi=phi, ci=(phi - 0.12, phi + 0.13), n=16)
+        for c, phi in zip(BUDGETS, (0.72, 0.56, 0.41, 0.20))
+    )
+    halves = (
+        HalfPhi(half="low", budgets=tuple(BUDGETS[:2]), phi=0.60, ci=(0.54, 0.73), n=32),
+        HalfPhi(half="high", budgets=tuple(BUDGETS[2:]), phi=0.26, ci=(-0.09, 0.52), n=32,
+                ci_mc=((-0.81, 0.18), (0.50, 0.55))),
+    )  # fmt: skip
+    parts = dict(
+        family_level=0.01, noise=noise, rmse=0.033, lack_of_fit=lof, decomposition={
+            "budget": 0.036, "width": 0.059, "r": 0.142, "r_x_width": 0.718},
+        selected_form="phi-trend-c" if rejected else "paper", budgets=len(BUDGETS),
+    )  # fmt: skip
+    if verdict == "untestable":
+        return LawCheck(
+            verdict="untestable", leave_one_budget_out=(), extensions=(), per_budget_phi=(), halves=(),
+            untestable="too_few_budgets", **{**parts, "budgets": 1},
+        ).to_dict()  # fmt: skip
+    evidence = law_evidence(lof, extensions, lobo)
+    threshold = 0.01 / len(evidence)
+    power = None if rejected else TrendPower("phi-trend-c", -0.40, threshold, 0.93)
+    return LawCheck(
+        verdict=verdict, leave_one_budget_out=lobo, extensions=extensions, per_budget_phi=per_budget,
+        halves=halves, evidence=evidence, rejected_by=tuple(e for e in evidence if e.p < threshold),
+        tests=len(evidence), threshold=threshold, power=power, **parts,
+    ).to_dict()  # fmt: skip
+
+
+HEADLINE = (
+    "one constant phi is rejected: phi falls 0.52 per decade of compute (F = 38.0, p = 1e-08); per budget "
+    "phi 0.72 -> 0.56 -> 0.41 -> 0.20"
+)
 
 
 @pytest.fixture(scope="module")
@@ -501,9 +531,9 @@ def test_a_rejected_law_leads_with_its_headline_and_never_calls_phi_identified(f
     extension = "| phi-trend-c (selected) | φ₁ per decade of C | -0.520 | [-0.670, -0.370] | 0.567 | 34.7 |"
     assert extension in section
     assert "| e-per-r | η per doubling of r | +0.046 | [–] | 0.910 | 29.0 |" in section  # null CI, null RMSE
-    assert "| C = 7.3e12 | – | 0.410 | [0.290, 0.540] | – |" in section
+    assert "| C = 7.3e12 | 16 | 0.410 | [0.290, 0.540] | – |" in section
     assert "| 0.260 | [-0.090, 0.520] | [-0.81, 0.18] / [0.50, 0.55] |" in section
-    assert "| low half (2.5e12, 4.3e12) | – | 0.600 | [0.540, 0.730] |" in section
+    assert "| low half (2.5e12, 4.3e12) | 32 | 0.600 | [0.540, 0.730] |" in section
     assert "budget 3.6%, width 5.9%, r 14%, r × width 72%" in section
     assert section.count(HEADLINE) == 0  # said once, on the first screen
 
@@ -515,19 +545,21 @@ def test_a_law_that_holds_gives_phi_with_its_reported_interval_on_the_first_line
     doc["ci_secondary"] = {"bootstrap_cell": [0.45, 0.5], "profile": [0.44, 0.52]}
     lead, first, section = _render(doc, tmp_path)
     phi = doc["fit"]["phi"]
-    assert lead[0].startswith("**Verdict:** holds; **φ")  # the check's headline, without its φ
+    holds = "the law holds on these runs: none of 3 tests rejects one constant phi (family level 0.01; the "
+    assert lead[0].startswith(f"**Verdict:** {holds}")
+    assert "; **φ" in lead[0]  # the check's headline, then φ
     assert f"; **φ = {phi:.3f}**: 95% CI [0.410, 0.530] (cluster bootstrap), profile-likelihood" in lead[0]
     assert first.count(f"φ = {phi:.3f}") == 1
-    assert "The tests behind the verdict (holds):" in section and "p = 0.5" in section
+    assert "The tests behind the verdict" not in section and "p = 0.5" in section  # nothing rejects
     line = summary_line(doc, 18, 18, [], "laptop", None)
-    assert line.startswith("holds. phi = ")
+    assert line.startswith(holds) and ". phi = " in line
     assert "95% CI [0.410, 0.530] (cluster bootstrap)" in line
 
 
 def test_an_untestable_law_says_why(fitted_doc, tmp_path):
     doc = {**copy.deepcopy(fitted_doc), "law_check": _law_check("untestable")}
     lead, _, _ = _render(doc, tmp_path)
-    why = "one budget only: nothing to check the law against"
+    why = "law not checked: 1 budget(s); checking that one φ holds across budgets needs at least 3"
     assert lead[0] == f"**Verdict:** the law could not be checked: {why}."
     # identified, but under a law nothing here tested: the number, not bold, and why it is no measurement
     assert lead[1].startswith(f"φ = {doc['fit']['phi']:.3f}, given a law not checked on these runs: 95% CI")
@@ -540,14 +572,33 @@ def test_a_fit_json_without_a_law_check_says_so(fitted_doc, tmp_path):
 
 
 def test_a_law_check_with_null_fields_still_renders(fitted_doc, tmp_path):
-    """Any field may be null where the data cannot provide it (the schema): no crash, "–" in its cells."""
-    check = {key: None for key in _law_check("rejected")}
-    check.update(verdict="rejected", headline=HEADLINE)
-    check["noise"] = {"sigma": None, "df": None, "ci": None, "source": "none"}
+    """Every field the type lets be null (no noise, no lack of fit, no per-budget φ or halves, extensions
+    without CIs or leave-out RMSE): no crash, "–" in its cells."""
+    check = _law_check("rejected")
+    check.update(noise={"sigma": None, "df": None, "ci": None, "source": "none"}, lack_of_fit=None,
+                 per_budget_phi=[], halves=[], leave_one_budget_out=[])  # fmt: skip
+    check["evidence"] = check["rejected_by"] = [e for e in check["evidence"] if e["kind"] == "extension"]
+    for ext in check["extensions"]:
+        ext.update(ci=None, lobo_rmse=None, phi0_ci=None)
     doc = {**copy.deepcopy(fitted_doc), "law_check": check}
     lead, _, section = _render(doc, tmp_path)
-    assert lead[0] == f"**Verdict:** {HEADLINE}." and "no per-budget φ" in lead[1]
-    assert "Lack-of-fit test: not run" in section and "Noise: not known" in section
+    first = "one constant phi is rejected: phi falls 0.52 per decade of compute (F = 38.0, p = 1e-08)"
+    assert lead[0] == f"**Verdict:** {first}." and "no per-budget φ" in lead[1]
+    assert "Lack-of-fit test: not run" in section and "Noise: not known" in section and "[–]" in section
+
+
+def test_a_law_check_json_refuses_unknown_keys_and_reads_the_old_schema(fitted_doc, tmp_path):
+    """A key the record does not know is one line naming it; a law check written before ``fit.results``
+    (headline and reasons as sentences, halves by name) is read through its converter, and says the same."""
+    check = {**_law_check("rejected"), "headline": "stale"}
+    doc = {**copy.deepcopy(fitted_doc), "law_check": check}
+    with pytest.raises(UserError, match="unknown key.*headline"):
+        lead_blocks(doc)
+    published = json.loads((REPO / "results" / "laptop-factorial" / "fit.json").read_text())["law_check"]
+    assert "schema" not in published  # written before fit.results
+    typed = read_law_check(published)
+    assert law_headline(typed) == published["headline"] and law_reasons(typed) == published["reasons"]
+    assert LawCheck.from_dict(json.loads(json.dumps(typed.to_dict()))) == typed
 
 
 def test_an_axis_without_data_says_no_data():
@@ -571,17 +622,18 @@ def test_an_axis_without_data_says_no_data():
 
 
 def _design_doc(selected: str, rmse: float, top_rmse: float) -> dict:
-    lobo = [{"budget": 1e12, "n": 4, "rmse": 0.5}, {"budget": 4e12, "n": 4, "rmse": top_rmse}]
+    lobo = (HeldOutBudget(budget=1e12, n=4, rmse=0.5), HeldOutBudget(budget=4e12, n=4, rmse=top_rmse))
+    check = LawCheck(
+        verdict="rejected", family_level=0.01,
+        noise=RunNoise(sigma=0.01, df=8, ci=(0.007, 0.019), source="replicates", replicated_runs=16),
+        rmse=0.05, lack_of_fit=None, leave_one_budget_out=(HeldOutBudget(budget=4e12, n=4, rmse=0.5),),
+        extensions=(_extension("phi-trend-c", rmse=rmse, p=1e-6, leave_one_budget_out=lobo),),
+        per_budget_phi=(), halves=(), decomposition={"r": 0.1, "r_x_width": 0.7}, selected_form=selected,
+        budgets=2, evidence=(Evidence("extension", 1e-6, key="phi-trend-c"),),
+        rejected_by=(Evidence("extension", 1e-6, key="phi-trend-c"),), tests=1, threshold=0.01,
+    )  # fmt: skip
     return {
-        "law_check": {
-            "noise": {"sigma": 0.01, "df": 8, "ci": [0.007, 0.019], "replicated_runs": 16,
-                      "source": "replicates"},
-            "rmse": 0.05,
-            "leave_one_budget_out": [{"budget": 4e12, "n": 4, "rmse": 0.5}],
-            "extensions": [{"form": "phi-trend-c", "rmse": rmse, "leave_one_budget_out": lobo}],
-            "selected_form": selected,
-            "decomposition": {"r": 0.1, "r_x_width": 0.7},
-        },
+        "law_check": check.to_dict(),
         "cell_minima": [
             {"budget": 1e12, "r": 1, "bracketed": True, "runs_bracket": False},
             {"budget": 1e12, "r": 8, "bracketed": True, "runs_bracket": False},
@@ -669,3 +721,64 @@ def test_a_case_study_sweep_reports_delta_phi_against_the_base_it_reuses(tmp_pat
     assert "## Case study: laptop-truncated-bptt against its base" in md
     for name in ("loss_change_by_r", "delta_phi_per_budget", "isoflop_arms"):
         assert (variant / "report" / "plots" / f"{name}.png").stat().st_size > 0
+
+
+def _cli(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_report_from_its_analysis_renders_the_same_page_without_a_fit(reported_line, tmp_path, monkeypatch):
+    """Issue 42: `loopscale report SWEEP` saves its analysis (analysis.json beside fit.json); `--from` renders
+    the same report.md and line from it, with the fitting protocol, collect and the torch probe never run."""
+    root, line = reported_line
+    folder = tmp_path / "report"
+    shutil.copytree(root / "report", folder)
+    before = (folder / "report.md").read_text()
+    (folder / "report.md").unlink()
+    import loopscale.analysis.sweep
+    import loopscale.fit.protocol
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("--from recomputed")
+
+    for module, name in ((loopscale.fit.protocol, "run_protocol"), (loopscale.analysis.sweep, "collect"),
+                         (loopscale.analysis.sweep, "analyse_sweep")):  # fmt: skip
+        monkeypatch.setattr(module, name, refuse)
+    code, out, err = _cli(["report", "--from", str(folder / "analysis.json")])
+    assert code == 0, err
+    assert (folder / "report.md").read_text() == before
+    assert out.strip().split(" → ")[0] == line.split(" → ")[0]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["report", "--from", "{tmp}/nowhere/analysis.json"], "no such file"),
+        (["report", "--from", "{tmp}/bad.json"], "not a loopscale analysis.json"),
+        (["report"], "give a SWEEP_DIR to analyse, or --from"),
+        (["report", "{tmp}", "--from", "{tmp}/bad.json"], "give no SWEEP_DIR or --out"),
+    ],
+)
+def test_report_from_bad_input_is_one_line(tmp_path, argv, message):
+    (tmp_path / "bad.json").write_text('{"schema": 0}')
+    code, out, err = _cli([a.replace("{tmp}", str(tmp_path)) for a in argv])
+    assert code == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", ["laptop-hyperconnections", "laptop-truncated-bptt"])
+def test_a_published_case_study_re_renders_from_its_folder_byte_identical(name, tmp_path):
+    """A published report folder re-renders from what it holds (its analysis.json, or for a folder written
+    before that, its fit.json, compare.json and figures): the same report.md, nothing refitted."""
+    folder = tmp_path / name
+    shutil.copytree(REPO / "results" / name, folder, ignore=shutil.ignore_patterns("runs"))
+    before = (folder / "report.md").read_text()
+    code, _, err = _cli(["report", "--from", str(folder)])
+    assert code == 0, err
+    assert (folder / "report.md").read_text() == before
+    assert json.loads((folder / "analysis.json").read_text())["schema"] == 1

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loopscale.report import build_report
+from loopscale.analysis.sweep import report_sweep
 
 from .helpers import LAW, law_loss, synthetic_sweep
 
@@ -90,7 +90,7 @@ def case_study_page(tmp_path_factory) -> Path:
                 base = root / "results" / "laptop-factorial" / "runs" / run.name / "result.json"
                 result = json.loads(base.read_text())
             path.write_text(json.dumps(result))
-        return build_report(variant, restarts=10, bootstrap=0, peak_flops=1e11).html
+        return report_sweep(variant, restarts=10, bootstrap=0, peak_flops=1e11).html
 
 
 def _check_page(driver, page: Path, shots: Path) -> dict:

@@ -82,8 +82,9 @@ def _timed_rows() -> list[dict]:
     ids=["idle", "busy", "legacy"],
 )
 def test_machine_utilisation_only_against_a_peak_probed_on_an_idle_machine(monkeypatch, load, expected):
+    from loopscale.analysis.machine import machine_use
     from loopscale.cli.sweep import _machine_line
-    from loopscale.report.machine import machine_section, machine_use
+    from loopscale.report.machine import machine_section
 
     probes = []
     monkeypatch.setattr(

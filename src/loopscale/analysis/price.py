@@ -108,7 +108,7 @@ def _look(settings: PriceSettings, plan: dict, variant, k: int) -> dict:
     pairs = plan["pairs"]
     n, size = pairs["counts"][k], pairs["sizes"][k]
     pooled = pooled_cluster_sd(plan["table"], variant, plan["fit"], plan["cluster_sd"], settings.prior_df)
-    noise = {"sd": plan["sigma_pair"], "cluster_sd": pooled["cluster_sd"], "df": plan["noise"]["df"]}
+    noise = {"sd": plan["sigma_pair"], "cluster_sd": pooled["cluster_sd"], "df": plan["noise"].df}
     effects = analyse_pairs(
         plan["table"],
         variant,

@@ -247,8 +247,9 @@ def run_fit(args: argparse.Namespace) -> int:
         template, source = template_for_table(args.table, table.run)
     # SciPy (and, for --plots, matplotlib) load only now that the arguments are checked
     from loopscale.fit.bootstrap import BOOTSTRAP_RESTARTS
-    from loopscale.fit.plots import plot_protocol
     from loopscale.fit.protocol import run_protocol
+    from loopscale.present.fit_text import protocol_text
+    from loopscale.present.plots import plot_protocol
 
     protocol = run_protocol(
         table,
@@ -268,7 +269,7 @@ def run_fit(args: argparse.Namespace) -> int:
         check_resamples=args.check_resamples,
         held=held,
     )
-    print(protocol.format())
+    print(protocol_text(protocol))
     if args.json_out:
         atomic_write_json(args.json_out, protocol.to_dict())
         print(f"wrote {args.json_out}")
@@ -281,6 +282,8 @@ def run_fit(args: argparse.Namespace) -> int:
 def run_equiv(args: argparse.Namespace) -> int:
     from loopscale.config import ModelConfig, from_dict
     from loopscale.errors import UserError
+    from loopscale.fit.results import law_check_in
+    from loopscale.present.law_check import law_headline
 
     phi = args.phi
     template, source = _template(args.model_config)
@@ -308,10 +311,10 @@ def run_equiv(args: argparse.Namespace) -> int:
         if bptt_k is None and isinstance(recorded_k, int):
             bptt_k = recorded_k
         diagnostics = doc.get("diagnostics") or {}
-        check = doc.get("law_check") or {}
+        check = law_check_in(doc, path)
         form = doc.get("form") or "paper"
-        if check.get("verdict") == "rejected":
-            note = f"note: {check.get('headline')}; the phi used here is not a measurement"
+        if check is not None and check.verdict == "rejected":
+            note = f"note: {law_headline(check)}; the phi used here is not a measurement"
         elif diagnostics.get("phi_identified") is False:
             note = f"note: {diagnostics.get('verdict') or 'phi was not identified by that fit'}"
         if form != "paper":
@@ -368,7 +371,8 @@ def run_compare(args: argparse.Namespace) -> int:
 
     folders = (Path(p).resolve().parent for p in (args.base, args.variant))
     notes = check_setups(*folders, base, variant)  # incomparable arms: one line, before any fitting
-    from loopscale.fit.case_study import compare_arms, format_compare, to_json  # SciPy, after the checks
+    from loopscale.fit.case_study import compare_arms, to_json  # SciPy, after the checks
+    from loopscale.present.compare_text import format_compare
     from loopscale.progress import progress_bar
 
     restarts = 10 if args.bootstrap_restarts is None else args.bootstrap_restarts

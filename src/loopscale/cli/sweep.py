@@ -119,9 +119,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, help="folder for results.csv/.parquet (default: SWEEP_DIR)")
     p.set_defaults(func=cmd_collect)
 
-    p = sub.add_parser("report", help="collect + fit + report.md/report.html for a sweep folder")
-    p.add_argument("sweep_dir", type=Path, metavar="SWEEP_DIR")
+    p = sub.add_parser(
+        "report",
+        help="collect + fit + report.md/report.html for a sweep folder; --from re-renders a saved analysis",
+    )
+    p.add_argument("sweep_dir", type=Path, metavar="SWEEP_DIR", nargs="?")
     p.add_argument("--out", type=Path, help="report folder (default: SWEEP_DIR/report)")
+    p.add_argument(
+        "--from",
+        dest="from_analysis",
+        type=Path,
+        metavar="ANALYSIS",
+        help="render the report of a saved analysis (a report folder's analysis.json) without recomputing it",
+    )
     _add_fit_args(p)
     p.set_defaults(func=cmd_report)
 
@@ -242,8 +252,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _machine_line(rows: list[dict]) -> str:
-    """One line on how the sweep used the machine (report/machine.py ``machine_use``)."""
-    from loopscale.report.machine import machine_use, throughput_text
+    """One line on how the sweep used the machine (analysis/machine.py ``machine_use``)."""
+    from loopscale.analysis.machine import machine_use
+    from loopscale.report.machine import throughput_text
 
     use = machine_use(rows)
     throughput = throughput_text(use)
@@ -307,8 +318,21 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from loopscale.errors import UserError
     from loopscale.io import check_output
 
+    if args.from_analysis is not None:
+        if args.sweep_dir is not None or args.out is not None:
+            raise UserError("--from re-renders a saved analysis in its folder: give no SWEEP_DIR or --out")
+        from loopscale.analysis.sweep import read_analysis
+        from loopscale.report import render_report
+
+        analysis, folder = read_analysis(args.from_analysis)
+        report = render_report(analysis, folder)
+        print(f"{report.summary_line} → {report.html}")
+        return 0
+    if args.sweep_dir is None:
+        raise UserError("give a SWEEP_DIR to analyse, or --from ANALYSIS to re-render a saved analysis")
     check_output(args.sweep_dir, "SWEEP_DIR", folder=True, kind="sweep")
     out = args.sweep_dir / "report" if args.out is None else args.out
     check_output(out, "--out", folder=True, kind="report")
@@ -321,12 +345,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _write_report(sweep_dir: Path, out: Path, args: argparse.Namespace):
-    """``build_report`` into report folder ``out``, claimed as a loopscale report folder (or its sweep's)."""
+    """``analysis.sweep.report_sweep`` into report folder ``out``, claimed as a loopscale report folder (or
+    its sweep's)."""
+    from loopscale.analysis.sweep import report_sweep
     from loopscale.io import claimed_folder
-    from loopscale.report import build_report
 
     with claimed_folder(out, "report"):
-        return build_report(sweep_dir, out, restarts=args.restarts, bootstrap=args.bootstrap, seed=args.seed)
+        return report_sweep(sweep_dir, out, restarts=args.restarts, bootstrap=args.bootstrap, seed=args.seed)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

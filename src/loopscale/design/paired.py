@@ -164,7 +164,7 @@ def plan_pairs(
     seed: int = 0,
 ) -> dict:  # fmt: skip
     """The base's law (paper form), its seed noise and the pairs ``pick_pairs`` chooses → a plan dict:
-    {"table", "fit", "noise" (replicate_noise), "sigma_pair", "picked", "spec", "cost_unit"}."""
+    {"table", "fit", "noise" (``fit.results.RunNoise``), "sigma_pair", "picked", "spec", "cost_unit"}."""
     from loopscale.fit.bootstrap import law_jacobian, variance_components
     from loopscale.fit.effects import phi_slope_at
     from loopscale.fit.fitter import fit_law
@@ -175,7 +175,7 @@ def plan_pairs(
     if noise is None:
         raise UserError(f"the base {folder} has no replicate seeds: the pairs' noise cannot be estimated")
     fit = fit_law(table, restarts=restarts, seed=seed)
-    sigma_pair = math.sqrt(2.0) * noise["sigma"]
+    sigma_pair = math.sqrt(2.0) * noise.sigma
     # an effect of the recipe that differs between (r, width) groups: as large as the base law's own misfit
     # per (r, width) (REML, log loss → nats at the looped runs' mean loss); on the published hyperconnections
     # arm the pairs' (r, width) sd was 0.022 nats, this gives 0.022 for laptop-factorial
@@ -183,7 +183,7 @@ def plan_pairs(
     components = variance_components(resid, effect_groups(table), law_jacobian(fit, table))
     cluster_sd = math.sqrt(components["r_width"]) * float(np.mean(table.loss[table.r > 1]))
     picked = pick_pairs(
-        table, phi_slope_at(fit, table), cost, sigma_pair, cluster_sd=cluster_sd, df=noise["df"], count=count,
+        table, phi_slope_at(fit, table), cost, sigma_pair, cluster_sd=cluster_sd, df=noise.df, count=count,
         target_half_width=target_half_width,
     )  # fmt: skip
     unit = "s" if not np.array_equal(cost, table.budget) else "FLOPs"
@@ -228,10 +228,10 @@ def plan_lines(plan: dict) -> list[str]:
         f"{len(p['runs'])} variant runs paired with the base's: {cells}",
         f"training FLOPs {p['flops']:.3g}; cost {cost}",
         f"predicted SE of delta phi beyond an offset {p['se']:.3f} "
-        f"(95% half-width {p['half_width']:.3f}, t on {plan['noise']['df']} df; "
+        f"(95% half-width {p['half_width']:.3f}, t on {plan['noise'].df} df; "
         "the base law's own uncertainty comes on top); "
         f"delta phi alone {p['se_alone']:.3f}; pair noise sd {plan['sigma_pair']:.4f} nats (sqrt 2 x the "
-        f"base's seed noise {plan['noise']['sigma']:.4f} on {plan['noise']['df']} df) and an (r, width) sd "
+        f"base's seed noise {plan['noise'].sigma:.4f} on {plan['noise'].df} df) and an (r, width) sd "
         f"{plan['cluster_sd']:.4f} nats (the base law's own misfit per (r, width))",
         "power to tell delta phi from an offset (4% test): "
         + ", ".join(f"{d:+.2f}: {power_beyond_offset(d, p['se']):.2f}" for d in (-0.08, 0.19)),

@@ -15,6 +15,8 @@ from typing import Any
 from loopscale.accounting import count_params, flops_per_token
 from loopscale.config import load_yaml
 from loopscale.errors import UserError
+from loopscale.fit.results import law_check_in
+from loopscale.present.law_check import law_headline
 from loopscale.published import path_from, relative_text
 
 FRONT_MATTER = """---
@@ -144,14 +146,13 @@ def _sweep(run: Path, out: Path) -> list[str]:
                   f"fit's {phi:.2f} is no measurement."]
     else:
         lines += ["", f"φ = {phi:.3f}{ci_text}, fitted{runs_text} to {law}."]
-    check = fit.get("law_check") or {}
+    check = law_check_in(fit, "fit.json")
     caveat = {"rejected": " (φ is then an average over the runs, not a measurement)",
               "inconclusive": " (φ is then no measurement: the runs are too few to test the law)",
               "not rejected": " (φ is then no measurement: the law's lack of fit is below 1%)"}
-    if check.get("verdict"):
-        headline = relative_text(str(check.get("headline") or ""), out)
-        lines += ["", f"Law check: **{check['verdict']}**" + (f" — {headline}" if headline else "")
-                  + caveat.get(check["verdict"], "")]
+    if check is not None:
+        headline = relative_text(law_headline(check), out)
+        lines += ["", f"Law check: **{check.verdict}** — {headline}" + caveat.get(check.verdict, "")]
     return lines + [""]
 
 

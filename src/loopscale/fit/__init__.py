@@ -1,7 +1,8 @@
 """Fitting the iso-depth law L = E + A·(N_once + r^φ·N_rec)^(−α) + B·D^(−β) (method §8). NumPy/SciPy only.
 
 The names below load their submodule on first use (PEP 562), so ``from loopscale.fit.table import
-load_table`` (NumPy only) stays cheap: SciPy and matplotlib load when a fit or a plot needs them.
+load_table`` (NumPy only) stays cheap: SciPy loads when a fit needs it. Figures are drawn by
+``loopscale.present.plots``.
 """
 
 from loopscale.lazy import lazy_exports
@@ -18,7 +19,6 @@ _SOURCES = {
     "diagnose": "diagnostics",
     "LawFit": "fitter",
     "fit_law": "fitter",
-    "plot_protocol": "plots",
     "profile_phi": "profile",
     "Protocol": "protocol",
     "run_protocol": "protocol",

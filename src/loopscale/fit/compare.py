@@ -81,7 +81,6 @@ PER_BUDGET_ITER = 200  # descent steps of a per-budget refit (A and B nearly col
 # the shared fit is the secondary estimate (the pairs lead), and growing it to 6,400 took 10 min 43 s on one
 # arm (issue 41); a table still on the edge at 400 is "not resolved, on the edge".
 MAX_RESAMPLES = 400
-PAPER_EFFECTS = {"truncated BPTT": -0.073, "hyperconnections": 0.193}  # method §9.11: 0.453 → 0.380 / 0.646
 
 
 @dataclass(frozen=True)

@@ -480,6 +480,27 @@ class LawFit:
             "held": [PARAM_LABELS[PARAMS.index(name)] for name in self.held],
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LawFit:
+        """The fit ``to_dict`` wrote (fit.json), for rendering it again: θ from its log-space coefficients
+        (a plain Chinchilla fit's φ, which it never had, reads 0)."""
+        theta = [data["a"], data["b"], data["e"], data["alpha"], data["beta"], data.get("phi", 0.0)]
+        if "ext" in data:
+            theta.append(data["ext"])
+        return cls(
+            form=data["form"],
+            theta=np.array(theta, dtype=float),
+            objective=data["objective"],
+            grad_norm=data["grad_norm"],
+            r2=data["r2"],
+            n_runs=data["n_runs"],
+            restarts=data["restarts"],
+            starts_at_optimum=data["starts_at_optimum"],
+            extension=data.get("extension"),
+            ext_ref=data.get("ext_ref"),
+            held=tuple(PARAMS[PARAM_LABELS.index(label)] for label in data.get("held", ())),
+        )
+
 
 def design_for(
     table: RunTable, plain: bool, extension: str | None = None, ext_ref: float | None = None

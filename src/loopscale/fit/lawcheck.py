@@ -20,14 +20,15 @@ whether the law itself holds on the runs, with tests that each have a known dist
 - **Residual decomposition**: the share of the residual sum of squares that the group means of r, width,
   budget, r × width and (budget, r) explain.
 
-**Verdict.** "rejected" when any test's p-value is below ``FAMILY_LEVEL`` / (number of tests) (Bonferroni:
+**Verdict.** The result is a typed ``fit.results.LawCheck`` (numbers and codes; ``loopscale.present`` writes
+its sentences). "rejected" when any test's p-value is below ``FAMILY_LEVEL`` / (number of tests) (Bonferroni:
 at most a 1% chance of a false alarm when the law holds with iid errors); otherwise "holds" when the φ-trend
-test had power ≥ 0.8 to see φ drift as fast as a real looped sweep's did (``fit.power``) and the lack of
-fit is not below 1% ("not rejected" where it is: the law passes the family level, unconfirmed), "inconclusive"
-when it had not (too few runs to reject the law is no evidence for it); "untestable" when the table has
-fewer than 3 budgets (drift across budgets, the law's central claim, cannot be checked).
-The headline names the strongest evidence. ``selected_form`` is the form with the lowest pooled
-leave-one-budget-out RMSE among the paper's law and its extensions when the law is rejected, else "paper".
+test had power ≥ 0.8 to see φ drift as fast as a real looped sweep's did (``fit.power``) and the lack of fit
+is not below 1% ("not rejected" where it is: the law passes the family level, unconfirmed), "inconclusive"
+when it had not (too few runs to reject the law is no evidence for it); "untestable" when the table has fewer
+than 3 budgets (drift across budgets, the law's central claim, cannot be checked). ``evidence`` lists every
+test computed, strongest first. ``selected_form`` is the form with the lowest pooled leave-one-budget-out RMSE
+among the paper's law and its extensions when the law is rejected, else "paper".
 """
 
 from __future__ import annotations
@@ -52,28 +53,34 @@ from loopscale.fit.bootstrap import (
 )
 from loopscale.fit.fitter import Box, LawFit, design_for, fit_law, fit_many, minimise_batch
 from loopscale.fit.law import EXTENSIONS
-from loopscale.fit.power import ENOUGH_POWER, phi_trend_power, power_text
+from loopscale.fit.power import ENOUGH_POWER, phi_trend_power
+from loopscale.fit.results import (
+    LACK_OF_FIT_CAUTION,
+    MIN_BUDGETS,
+    BudgetPhi,
+    HalfPhi,
+    HeldOutBudget,
+    LackOfFit,
+    LawCheck,
+    LawExtension,
+    RunNoise,
+    TrendPower,
+    law_evidence,
+)
 from loopscale.fit.table import RunTable
 
 FAMILY_LEVEL = 0.01  # chance of any false alarm when the law holds (Bonferroni over the tests)
-LACK_OF_FIT_CAUTION = 0.01  # a lack of fit below this p passes the family level but is not called "holds"
-MIN_BUDGETS = 3
 CHECK_RESTARTS = 10  # fresh starts per law-check refit, on top of warm starts at the pooled fit (its optimum)
 SHAPE_FIXED = (2, 3, 4)  # e, alpha, beta: held at the pooled fit for φ per budget
 PER_BUDGET_ITER = 200  # descent steps of a per-budget refit
 NO_RESIDUAL_RMS = 1e-9  # log-loss residual RMS below which a fit passes through every run (rounding only)
 
 
-def _fmt_budget(c: float) -> str:
-    """A budget in FLOPs as 1.25e13."""
-    return f"{c:.3g}".replace("e+", "e")
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Noise and lack of fit
 
 
-def replicate_noise(table: RunTable) -> dict | None:
+def replicate_noise(table: RunTable) -> RunNoise | None:
     """Seed noise from replicated runs (same r, N_once, N_rec, tokens): pooled sd in nats with its χ² CI."""
     groups: dict[tuple, list[float]] = {}
     for r, a, b, d, loss in zip(table.r, table.n_once, table.n_rec, table.tokens, table.loss):
@@ -84,50 +91,35 @@ def replicate_noise(table: RunTable) -> dict | None:
         return None
     ss = float(sum(((v - v.mean()) ** 2).sum() for v in reps))
     tail = (1 - CI_LEVEL) / 2
-    return {
-        "sigma": math.sqrt(ss / df),
-        "df": df,
-        "ss": ss,
-        "replicated_runs": int(sum(len(v) for v in reps)),
-        "ci": [math.sqrt(ss / chi2.ppf(1 - tail, df)), math.sqrt(ss / chi2.ppf(tail, df))],
-        "source": "replicates",
-    }
+    return RunNoise(
+        sigma=math.sqrt(ss / df),
+        df=df,
+        ss=ss,
+        replicated_runs=int(sum(len(v) for v in reps)),
+        ci=(math.sqrt(ss / chi2.ppf(1 - tail, df)), math.sqrt(ss / chi2.ppf(tail, df))),
+        source="replicates",
+    )
 
 
-def lack_of_fit(resid: np.ndarray, n_params: int, noise: dict | None) -> dict | None:
+def lack_of_fit(resid: np.ndarray, n_params: int, noise: RunNoise | None) -> LackOfFit | None:
     """F-test of the residuals (nats) against the replicates' pure error, or χ² against a stated noise."""
     n = len(resid)
     rss = float((resid**2).sum())
     rmse = math.sqrt(rss / n)
-    if noise is None:
+    if noise is None or noise.sigma is None:
         return None
-    if noise["source"] == "replicates":
-        df_pure = noise["df"]
+    if noise.source == "replicates":
+        df_pure = noise.df
         df_lack = n - n_params - df_pure
-        if df_lack < 1 or noise["ss"] <= 0:  # no pure error to test against (identical replicates)
+        if df_lack < 1 or noise.ss <= 0:  # no pure error to test against (identical replicates)
             return None
-        lack = max(rss - noise["ss"], 0.0) / df_lack
-        stat = lack / (noise["ss"] / df_pure)
-        return {
-            "test": "F",
-            "statistic": stat,
-            "df": [df_lack, df_pure],
-            "p": float(f_dist.sf(stat, df_lack, df_pure)),
-            "source": "replicates",
-            "rmse": rmse,
-            "sigma": noise["sigma"],
-        }
+        lack = max(rss - noise.ss, 0.0) / df_lack
+        stat = lack / (noise.ss / df_pure)
+        p = float(f_dist.sf(stat, df_lack, df_pure))
+        return LackOfFit("F", stat, (df_lack, df_pure), p, "replicates", rmse, noise.sigma)
     df = n - n_params
-    stat = rss / noise["sigma"] ** 2
-    return {
-        "test": "chi2",
-        "statistic": stat,
-        "df": [df],
-        "p": float(chi2.sf(stat, df)),
-        "source": "--noise",
-        "rmse": rmse,
-        "sigma": noise["sigma"],
-    }
+    stat = rss / noise.sigma**2
+    return LackOfFit("chi2", stat, (df,), float(chi2.sf(stat, df)), "--noise", rmse, noise.sigma)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -154,7 +146,7 @@ def least_squares_rss(fit: LawFit, table: RunTable, seed: int = 0, restarts: int
 
 def leave_one_budget_out(
     table: RunTable, fit: LawFit, sigma: float | None, seed: int = 0, restarts: int = CHECK_RESTARTS
-) -> list[dict]:
+) -> list[HeldOutBudget]:
     """Fit without each budget, predict it (see the module docstring); errors observed − predicted, nats."""
     budgets = sorted(set(table.budget.tolist()))
     rows = []
@@ -163,27 +155,28 @@ def leave_one_budget_out(
         rest = table.subset(~held)
         try:
             refit = _refit(rest, fit, fit.extension, seed, restarts)
-        except UserError as exc:
-            rows.append({"budget": c, "n": int(held.sum()), "error": str(exc)})
+        except UserError:  # the rest cannot make a fit (too few runs or loop counts)
+            rows.append(HeldOutBudget(budget=c, n=int(held.sum()), failed=True))
             continue
         held_table = table.subset(held)
         err = table.loss[held] - refit.predict_table(held_table)
         stat, df_rest = predictive_f(refit, rest, held_table)
         m = int(held.sum())
-        row = {
-            "budget": c,
-            "n": m,
-            "rmse": float(np.sqrt(np.mean(err**2))),
-            "bias": float(err.mean()),
-            "max_abs": float(np.abs(err).max()),
-            "F": stat,
-            "df": [m, df_rest],
-            "p": None if stat is None else float(f_dist.sf(stat, m, df_rest)),
-        }
-        if sigma:
-            row["rmse_over_noise"] = row["rmse"] / sigma
-            row["bias_over_noise"] = row["bias"] / sigma
-        rows.append(row)
+        rmse, bias = float(np.sqrt(np.mean(err**2))), float(err.mean())
+        rows.append(
+            HeldOutBudget(
+                budget=c,
+                n=m,
+                rmse=rmse,
+                bias=bias,
+                max_abs=float(np.abs(err).max()),
+                F=stat,
+                df=(m, df_rest),
+                p=None if stat is None else float(f_dist.sf(stat, m, df_rest)),
+                rmse_over_noise=rmse / sigma if sigma else None,
+                bias_over_noise=bias / sigma if sigma else None,
+            )
+        )
     return rows
 
 
@@ -211,11 +204,11 @@ def predictive_f(refit: LawFit, rest: RunTable, held: RunTable) -> tuple[float |
     return stat, df_rest
 
 
-def pooled_lobo_rmse(rows: list[dict]) -> float | None:
+def pooled_lobo_rmse(rows) -> float | None:
     """RMSE over every held-out prediction of a leave-one-budget-out table (None if a budget failed)."""
-    if any("rmse" not in r for r in rows) or not rows:
+    if any(r.rmse is None for r in rows) or not rows:
         return None
-    return math.sqrt(sum(r["rmse"] ** 2 * r["n"] for r in rows) / sum(r["n"] for r in rows))
+    return math.sqrt(sum(r.rmse**2 * r.n for r in rows) / sum(r.n for r in rows))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -230,7 +223,7 @@ def extension_tests(
     sigma: float | None,
     seed: int = 0,
     restarts: int = CHECK_RESTARTS,
-) -> tuple[list[dict], dict[str, LawFit]]:
+) -> tuple[list[LawExtension], dict[str, LawFit]]:
     """Each one-parameter extension: estimate, cell-bootstrap CI, LR statistic, AIC, leave-out RMSE."""
     n = len(table)
     rows, fits = [], {}
@@ -248,54 +241,60 @@ def extension_tests(
         f_stat = None
         if testable:
             f_stat = (rss_paper - rss) / (rss / df_resid) if rss > 0 else math.inf
-        row = {
-            "form": name,
-            "label": ext.label,
-            "covariate": ext.covariate,
-            "estimate": efit.coefficients["ext"],
-            "ci": None,
-            "phi0": efit.phi,
-            "lr": lr,
-            "F": f_stat,
-            "df": [1, df_resid],
-            "p": float(f_dist.sf(f_stat, 1, df_resid)) if testable else None,
-            "aic": n * math.log(rss / n) + 2 * (int(efit.free.sum())) if rss > 0 else -math.inf,
-            "rmse": float(np.sqrt(np.mean((table.loss - efit.predict_table(table)) ** 2))),
-            "at_bound": efit.at_bound,
-            "ext_ref": efit.ext_ref,
-        }
-        if name == "e-per-r":
-            row["nats_per_doubling"] = efit.E * (2 ** row["estimate"] - 1)
+        estimate = efit.coefficients["ext"]
+        ci = phi0_ci = None
         if resamples:
             weights = resample_weights(table, resamples, seed)
             thetas = refit_weighted(efit, table, weights, min(restarts, BOOTSTRAP_RESTARTS), seed + 1)
-            row["ci"] = percentile_ci(thetas[:, -1])
-            row["phi0_ci"] = percentile_ci(thetas[:, 5])
-        row["lobo_rmse"] = None  # filled in by ``select_form`` when the law is rejected
-        row["leave_one_budget_out"] = None
-        rows.append(row)
+            ci, phi0_ci = tuple(percentile_ci(thetas[:, -1])), tuple(percentile_ci(thetas[:, 5]))
+        rows.append(
+            LawExtension(
+                form=name,
+                label=ext.label,
+                covariate=ext.covariate,
+                estimate=estimate,
+                ci=ci,
+                phi0=efit.phi,
+                lr=lr,
+                F=f_stat,
+                df=(1, df_resid),
+                p=float(f_dist.sf(f_stat, 1, df_resid)) if testable else None,
+                aic=n * math.log(rss / n) + 2 * (int(efit.free.sum())) if rss > 0 else -math.inf,
+                rmse=float(np.sqrt(np.mean((table.loss - efit.predict_table(table)) ** 2))),
+                at_bound=tuple(efit.at_bound),
+                ext_ref=efit.ext_ref,
+                nats_per_doubling=efit.E * (2**estimate - 1) if name == "e-per-r" else None,
+                phi0_ci=phi0_ci,
+            )
+        )
     return rows, fits
 
 
-def select_form(doc: dict, table: RunTable, fits: dict[str, LawFit], seed: int, restarts: int) -> None:
-    """Each extension's leave-one-budget-out predictions, and ``selected_form``: the form (paper's or an
-    extension) with the lowest pooled leave-out RMSE. Run only when the law is rejected: it is the question
+def select_form(
+    extensions: list[LawExtension],
+    paper_lobo: float | None,
+    sigma: float | None,
+    table: RunTable,
+    fits: dict[str, LawFit],
+    seed: int,
+    restarts: int,
+) -> tuple[list[LawExtension], str]:
+    """Each extension with its leave-one-budget-out predictions, and the selected form: the paper's or the
+    extension with the lowest pooled leave-out RMSE. Run only when the law is rejected: it is the question
     "which form do the data support" that a rejection raises."""
-    sigma = doc["noise"]["sigma"]
-    for row in doc["extensions"]:
-        lobo = leave_one_budget_out(table, fits[row["form"]], sigma, seed, restarts)
-        row["lobo_rmse"] = pooled_lobo_rmse(lobo)
-        row["leave_one_budget_out"] = lobo
-    candidates = [(ext["lobo_rmse"], ext["aic"], ext["form"]) for ext in doc["extensions"]]
-    candidates = [c for c in candidates if c[0] is not None]
-    paper = doc["paper_lobo_rmse"]
-    if candidates and (paper is None or min(candidates)[0] < paper):
-        doc["selected_form"] = min(candidates)[2]
+    out = []
+    for row in extensions:
+        lobo = tuple(leave_one_budget_out(table, fits[row.form], sigma, seed, restarts))
+        out.append(dataclasses.replace(row, lobo_rmse=pooled_lobo_rmse(lobo), leave_one_budget_out=lobo))
+    candidates = [(ext.lobo_rmse, ext.aic, ext.form) for ext in out if ext.lobo_rmse is not None]
+    if candidates and (paper_lobo is None or min(candidates)[0] < paper_lobo):
+        return out, min(candidates)[2]
+    return out, "paper"
 
 
 def phi_per_budget(
     table: RunTable, fit: LawFit, resamples: int, seed: int = 0, restarts: int = CHECK_RESTARTS
-) -> list[dict]:
+) -> list[BudgetPhi]:
     """φ at each budget with E, α, β held at the pooled fit (A, B, φ refitted); run-bootstrap CI."""
     out = []
     box = Box.for_form(None)
@@ -303,9 +302,8 @@ def phi_per_budget(
         box = box.fixing(i, fit.theta[i])
     for c in sorted(set(table.budget.tolist())):
         sub = table.subset(table.budget == c)
-        if len(set(sub.r.tolist())) < 2 or len(sub) < 4:
-            note = "fewer than 2 loop counts or 4 runs"
-            out.append({"budget": c, "phi": None, "ci": None, "n": len(sub), "note": note})
+        if len(set(sub.r.tolist())) < 2 or len(sub) < 4:  # φ needs 2 loop counts and 4 runs
+            out.append(BudgetPhi(budget=c, phi=None, ci=None, n=len(sub)))
             continue
         design = design_for(sub, False)
         rng = np.random.default_rng(seed)
@@ -317,16 +315,15 @@ def phi_per_budget(
             design, starts, box.free, None, PER_BUDGET_ITER, 1e-10, 0.0, lower=box.lower, upper=box.upper
         )
         best = ends[np.argmin(values)]
-        row = {"budget": c, "phi": float(best[5]), "ci": None, "n": len(sub)}
+        ci = ci_mc = None
         if resamples:
             weights = _run_weights(sub, resamples, rng)
             warm = np.repeat(best[None], resamples, axis=0)
             ends, _ = minimise_batch(
                 design, warm, box.free, weights, PER_BUDGET_ITER, 1e-10, 0.0, lower=box.lower, upper=box.upper
             )
-            row["ci"] = percentile_ci(ends[:, 5])
-            row["ci_mc"] = end_ranges(ends[:, 5])
-        out.append(row)
+            ci, ci_mc = tuple(percentile_ci(ends[:, 5])), _pairs(end_ranges(ends[:, 5]))
+        out.append(BudgetPhi(budget=c, phi=float(best[5]), ci=ci, n=len(sub), ci_mc=ci_mc))
     return out
 
 
@@ -341,7 +338,11 @@ def _run_weights(table: RunTable, resamples: int, rng: np.random.Generator) -> n
     return np.array(rows, dtype=float)
 
 
-def phi_halves(table: RunTable, halves: dict[str, LawFit], resamples: int, seed: int = 0) -> dict:
+def _pairs(ranges: list[list]) -> tuple[tuple, tuple]:
+    return tuple(ranges[0]), tuple(ranges[1])
+
+
+def phi_halves(table: RunTable, halves: dict[str, LawFit], resamples: int, seed: int = 0) -> list[HalfPhi]:
     """φ of the lower and upper halves of the budgets (the protocol's refits) with cell-bootstrap CIs and
     the Monte Carlo range of each CI end (``ci_mc``, ``end_ranges``).
 
@@ -351,16 +352,16 @@ def phi_halves(table: RunTable, halves: dict[str, LawFit], resamples: int, seed:
     why halves are detail, not headline (the report's lead gives φ per budget, E, α, β held), and why
     their ends carry the range another draw could put them in."""
     masks = table.budget_halves()
-    out = {}
+    out = []
     for name, fit in halves.items():
         sub = table.subset(masks[name])
-        row = {"budgets": sorted(set(sub.budget.tolist())), "phi": fit.phi, "ci": None, "n": len(sub)}
+        ci = ci_mc = None
         if resamples and fit.phi is not None:
             weights = resample_weights(sub, resamples, seed)
             thetas = refit_weighted(fit, sub, weights, BOOTSTRAP_RESTARTS, seed + 1)
-            row["ci"] = percentile_ci(thetas[:, 5])
-            row["ci_mc"] = end_ranges(thetas[:, 5])
-        out[name] = row
+            ci, ci_mc = tuple(percentile_ci(thetas[:, 5])), _pairs(end_ranges(thetas[:, 5]))
+        budgets = tuple(sorted(set(sub.budget.tolist())))
+        out.append(HalfPhi(half=name, budgets=budgets, phi=fit.phi, ci=ci, n=len(sub), ci_mc=ci_mc))
     return out
 
 
@@ -405,8 +406,8 @@ def check_law(
     seed: int = 0,
     restarts: int = CHECK_RESTARTS,
     advance=None,
-) -> dict:
-    """The ``law_check`` document (see the module docstring and docs/fitting.md) for the joint fit ``fit``.
+) -> LawCheck:
+    """The law check (see the module docstring and docs/fitting.md) of the joint fit ``fit``.
 
     ``noise``: the run-to-run noise in nats when the table has no replicate seeds (``--noise``);
     ``resamples``: bootstrap resamples for the CIs of the extensions, φ per budget and per half (0: none;
@@ -418,134 +419,75 @@ def check_law(
         raise UserError("the law check needs the joint law with phi free")
     resid = table.loss - fit.predict_table(table)
     budgets = sorted(set(table.budget.tolist())) if table.has_budget else []
-    noise_doc = replicate_noise(table)
-    if noise_doc is None and noise is not None:
-        noise_doc = {"sigma": noise, "df": None, "ci": None, "source": "--noise"}
-    if noise_doc is not None and noise_doc["source"] == "replicates" and noise is not None:
-        noise_doc["stated"] = noise  # replicates win; the stated figure is kept beside them
-    sigma = None if noise_doc is None else noise_doc["sigma"]
-    doc: dict = {
-        "verdict": "untestable",
-        "headline": "",
-        "reasons": [],
-        "family_level": FAMILY_LEVEL,
-        "noise": noise_doc or {"sigma": None, "df": None, "ci": None, "source": "none"},
-        "rmse": float(np.sqrt(np.mean(resid**2))),
-        "lack_of_fit": lack_of_fit(resid, int(fit.free.sum()), noise_doc),
-        "leave_one_budget_out": [],
-        "extensions": [],
-        "per_budget_phi": [],
-        "halves": {},
-        "decomposition": residual_decomposition(table, resid),
-        "selected_form": "paper",
-    }
+    run_noise = replicate_noise(table)
+    if run_noise is None and noise is not None:
+        run_noise = RunNoise(sigma=noise, df=None, ci=None, source="--noise")
+    elif run_noise is not None and noise is not None:  # replicates win; the stated figure is kept beside
+        run_noise = dataclasses.replace(run_noise, stated=noise)
+    run_noise = run_noise or RunNoise(sigma=None, df=None, ci=None, source="none")
+    sigma = run_noise.sigma
+    parts = dict(
+        family_level=FAMILY_LEVEL,
+        noise=run_noise,
+        rmse=float(np.sqrt(np.mean(resid**2))),
+        lack_of_fit=lack_of_fit(resid, int(fit.free.sum()), run_noise),
+        decomposition=residual_decomposition(table, resid),
+        budgets=len(budgets),
+    )
     step(1)
     if len(budgets) < MIN_BUDGETS:
-        doc["headline"] = (
-            f"law not checked: {len(budgets)} budget(s); checking that one φ holds across budgets needs "
-            f"at least {MIN_BUDGETS}"
-        )
-        doc["reasons"].append(doc["headline"])
-        return doc
-    doc["leave_one_budget_out"] = leave_one_budget_out(table, fit, sigma, seed, restarts)
+        return LawCheck(
+            verdict="untestable", leave_one_budget_out=(), extensions=(), per_budget_phi=(), halves=(),
+            selected_form="paper", untestable="too_few_budgets", **parts,
+        )  # fmt: skip
+    lobo = tuple(leave_one_budget_out(table, fit, sigma, seed, restarts))
     step(1)
     rss_paper = least_squares_rss(fit, table, seed, restarts)
-    doc["extensions"], ext_fits = extension_tests(table, fit, rss_paper, resamples, sigma, seed, restarts)
+    extensions, ext_fits = extension_tests(table, fit, rss_paper, resamples, sigma, seed, restarts)
     step(1)
-    doc["per_budget_phi"] = phi_per_budget(table, fit, resamples, seed, restarts)
+    per_budget = tuple(phi_per_budget(table, fit, resamples, seed, restarts))
     step(1)
-    doc["halves"] = phi_halves(table, halves or {}, resamples, seed) if halves else {}
+    half_rows = tuple(phi_halves(table, halves or {}, resamples, seed)) if halves else ()
     step(1)
-    _verdict(doc, lambda level: phi_trend_power(table, fit, sigma, level))
-    if doc["verdict"] == "rejected":
-        select_form(doc, table, ext_fits, seed, restarts)
+    evidence = law_evidence(parts["lack_of_fit"], extensions, lobo)
+    threshold = FAMILY_LEVEL / max(len(evidence), 1)
+    rejected_by = tuple(e for e in evidence if e.p < threshold)
+    paper_lobo = pooled_lobo_rmse(lobo)
+    power = None
+    selected = "paper"
+    if rejected_by:
+        extensions, selected = select_form(extensions, paper_lobo, sigma, table, ext_fits, seed, restarts)
+    elif evidence:
+        power = phi_trend_power(table, fit, sigma, threshold)
     step(1)
-    return doc
+    return LawCheck(
+        verdict=law_verdict(evidence, rejected_by, power, parts["lack_of_fit"]),
+        leave_one_budget_out=lobo,
+        extensions=tuple(extensions),
+        per_budget_phi=per_budget,
+        halves=half_rows,
+        selected_form=selected,
+        evidence=evidence,
+        rejected_by=rejected_by,
+        tests=len(evidence),
+        threshold=threshold,
+        paper_lobo_rmse=paper_lobo,
+        power=power,
+        untestable=None if evidence else "no_residual",
+        **parts,
+    )
 
 
-def _tests(doc: dict) -> list[tuple[float, str]]:
-    """(p-value, evidence sentence) of every test that could be computed."""
-    tests = []
-    lof = doc["lack_of_fit"]
-    if lof is not None:
-        tests.append(
-            (
-                lof["p"],
-                f"the residuals (RMSE {lof['rmse']:.4f} nats) are {lof['rmse'] / lof['sigma']:.1f}x the "
-                f"{'seed' if lof['source'] == 'replicates' else 'stated'} noise {lof['sigma']:.4f} "
-                f"({lof['test']} = {lof['statistic']:.2f}, p = {lof['p']:.2g})",
-            )
-        )
-    for ext in doc["extensions"]:
-        est = ext["estimate"]
-        if ext["form"] == "phi-trend-c":
-            what = f"phi {'falls' if est < 0 else 'rises'} {abs(est):.2f} per decade of compute"
-        elif ext["form"] == "phi-trend-n":
-            what = f"phi {'falls' if est < 0 else 'rises'} {abs(est):.2f} per decade of model size"
-        else:
-            what = (
-                f"the loss floor {'rises' if est > 0 else 'falls'} with r (E_r = E*r^{est:.3f}, "
-                f"{ext['nats_per_doubling']:+.3f} nats per doubling of r)"
-            )
-        if ext["p"] is not None:
-            tests.append((ext["p"], f"{what} (F = {ext['F']:.1f}, p = {ext['p']:.2g})"))
-    for row in doc["leave_one_budget_out"]:
-        if row.get("p") is not None:
-            noise = f", {row['rmse_over_noise']:.1f}x the noise" if "rmse_over_noise" in row else ""
-            tests.append(
-                (
-                    row["p"],
-                    f"budget {_fmt_budget(row['budget'])} left out is predicted with RMSE {row['rmse']:.4f} "
-                    f"nats{noise} (predictive F = {row['F']:.2f}, p = {row['p']:.2g})",
-                )
-            )
-    return tests
+def law_verdict(evidence, rejected_by, power: TrendPower | None, lof: LackOfFit | None) -> str:
+    """"rejected" when a test rejects; "untestable" when nothing was tested; "holds" when the φ-trend test
+    had power ≥ ENOUGH_POWER and the lack of fit is not below LACK_OF_FIT_CAUTION ("not rejected" where it
+    is: the law passes the family level, unconfirmed); else "inconclusive" (a test that could not have
+    rejected the law is no evidence for it)."""
+    if rejected_by:
+        return "rejected"
+    if not evidence:
+        return "untestable"
+    if power is None or power.value is None or power.value < ENOUGH_POWER:
+        return "inconclusive"
+    return "not rejected" if lof is not None and lof.p < LACK_OF_FIT_CAUTION else "holds"
 
-
-def _verdict(doc: dict, power) -> None:
-    """The verdict, its headline and reasons; ``power(level)``: the ``power`` entry of the φ-trend test at
-    one test's Bonferroni level (asked only when no test rejects)."""
-    tests = _tests(doc)
-    threshold = FAMILY_LEVEL / max(len(tests), 1)
-    failed = sorted((p, why) for p, why in tests if p < threshold)
-    doc["tests"] = len(tests)
-    doc["threshold"] = threshold
-    doc["paper_lobo_rmse"] = pooled_lobo_rmse(doc["leave_one_budget_out"])
-    per_budget = [row for row in doc["per_budget_phi"] if row.get("phi") is not None]
-    drift = ""
-    if len(per_budget) >= 2:
-        drift = "; per budget phi " + " -> ".join(f"{row['phi']:.2f}" for row in per_budget)
-    if failed:
-        doc["verdict"] = "rejected"
-        doc["reasons"] = [why for _, why in failed]
-        doc["headline"] = f"one constant phi is rejected: {failed[0][1]}{drift}"
-    elif not tests:  # no residual variance or no residual degree of freedom: nothing was tested
-        doc["verdict"] = "untestable"
-        doc["headline"] = (
-            "law not checked: the fit leaves no residual variance or degree of freedom to test against"
-        )
-        doc["reasons"].append(doc["headline"])
-    else:
-        doc["power"] = power(threshold)
-        value = doc["power"]["value"]
-        level = f"family level {FAMILY_LEVEL:g}"
-        if value is not None and value >= ENOUGH_POWER:
-            doc["verdict"] = "holds"
-            doc["headline"] = (
-                f"the law holds on these runs: none of {len(tests)} tests rejects one constant phi ({level}; "
-                f"the phi-trend test had {power_text(doc['power'])})"
-            )
-            lof = (doc.get("lack_of_fit") or {}).get("p")
-            if lof is not None and lof < LACK_OF_FIT_CAUTION:  # passes the family level, not a clean fit
-                doc["verdict"] = "not rejected"  # never "holds" beside a lack of fit below 1% (issue 42)
-                doc["headline"] = (
-                    f"the law is not rejected on these runs (none of {len(tests)} tests rejects one constant "
-                    f"phi at {level}), but its lack of fit has p = {lof:.2g}: not rejected, not confirmed"
-                )
-        else:  # a test that could not have rejected the law is no evidence for it
-            doc["verdict"] = "inconclusive"
-            doc["headline"] = (
-                f"too few to reject one constant phi (none of {len(tests)} tests rejects it at {level}; the "
-                f"phi-trend test has {power_text(doc['power'])})"
-            )
-            doc["reasons"].append(doc["headline"])

@@ -12,6 +12,7 @@ holds.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -21,6 +22,7 @@ from scipy.stats import ncf
 from loopscale.fit.bootstrap import design_jacobian
 from loopscale.fit.fitter import LawFit, design_for
 from loopscale.fit.law import extension_reference, log_prediction
+from loopscale.fit.results import TrendPower
 from loopscale.fit.table import RunTable
 
 #: The drift of φ per decade of compute the power is computed for: what results/laptop-factorial's law check
@@ -35,24 +37,23 @@ MAX_CONDITION = 1e13
 
 def phi_trend_power(
     table: RunTable, fit: LawFit, sigma: float | None, level: float, drift: float = REFERENCE_PHI_DRIFT
-) -> dict:
+) -> TrendPower:
     """The ``power`` entry of the law check: the predicted power of its φ-trend test at ``level`` (the
     Bonferroni level of one test) against φ drifting ``drift`` per decade of compute, at the fitted law
     ``fit`` with run noise ``sigma`` (nats; None: the fit's residual standard deviation). ``value`` is None
-    with a ``why`` when the test cannot run or the runs cannot tell a drift from the law."""
-    doc = {"test": "phi-trend-c", "drift_per_decade": drift, "level": level, "value": None, "why": None}
+    with a ``why`` code when the test cannot run ("no_df"), there is no noise ("no_noise") or the runs
+    cannot tell a drift from the law ("not_separable")."""
+    none = TrendPower(test="phi-trend-c", drift_per_decade=drift, level=level, value=None)
     n, free = len(table), np.append(fit.free, True)
     df = n - int(free.sum())
     if not table.has_budget or df < 1:
-        doc["why"] = f"no degree of freedom for the phi-trend test ({n} runs, {int(free.sum())} parameters)"
-        return doc
+        return dataclasses.replace(none, why="no_df")
     resid = table.loss - fit.predict_table(table)
     if sigma is None:
         sigma = math.sqrt(float((resid**2).sum()) / max(n - int(fit.free.sum()), 1))
-    doc["sigma"] = sigma
+    none = dataclasses.replace(none, sigma=sigma)
     if not sigma > 0:
-        doc["why"] = "no run-to-run noise to compute a power with"
-        return doc
+        return dataclasses.replace(none, why="no_noise")
     centre = extension_reference("phi-trend-c", table.n_once, table.n_rec, table.r, table.budget)
     design = design_for(table, plain=False, extension="phi-trend-c", ext_ref=centre)
     theta = np.append(fit.theta, drift)
@@ -60,18 +61,7 @@ def phi_trend_power(
     weight = (np.exp(log_prediction(theta, design)) / sigma) ** 2
     info = jac.T @ (jac * weight[:, None])
     if not np.all(np.isfinite(info)) or np.linalg.cond(info) > MAX_CONDITION:
-        doc["why"] = "these runs cannot tell a drift of phi from the law's own parameters"
-        return doc
+        return dataclasses.replace(none, why="not_separable")
     noncentrality = drift**2 / float(np.linalg.inv(info)[-1, -1])
     critical = f_dist.isf(level, 1, df)
-    doc["value"] = float(ncf.sf(critical, 1, df, noncentrality))
-    return doc
-
-
-def power_text(power: dict) -> str:
-    """'power 0.12 to detect phi falling 0.40 per decade of compute' (or why there is none)."""
-    drift = power["drift_per_decade"]
-    what = f"phi {'falling' if drift < 0 else 'rising'} {abs(drift):.2f} per decade of compute"
-    if power["value"] is None:
-        return f"no power to detect {what} ({power['why']})"
-    return f"power {power['value']:.2f} to detect {what}"
+    return dataclasses.replace(none, value=float(ncf.sf(critical, 1, df, noncentrality)))

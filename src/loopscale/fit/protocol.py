@@ -30,12 +30,11 @@ from loopscale.fit.analyses import (
 from loopscale.fit.bootstrap import BOOTSTRAP_RESTARTS, bootstrap_fit, random_effects_bootstrap
 from loopscale.fit.diagnostics import diagnose
 from loopscale.fit.fitter import LawFit, fit_law
-from loopscale.fit.labels import bptt_text
 from loopscale.fit.law import EXTENSIONS, FORMS, HUBER_DELTA, LOWER, PHI, UPPER
 from loopscale.fit.lawcheck import check_law
-from loopscale.fit.priors import NO_LAW_CHECK, Held, fixed_lines, fixed_settings
+from loopscale.fit.priors import NO_LAW_CHECK, Held, fixed_settings
 from loopscale.fit.profile import profile_phi
-from loopscale.fit.protocol_text import _ci_text, law_check_lines
+from loopscale.fit.results import LawCheck, read_law_check
 from loopscale.fit.table import RunTable
 from loopscale.fit.template import PAPER_SOURCE, template_mismatch
 from loopscale.progress import progress_bar
@@ -63,7 +62,7 @@ class Protocol:
     diagnostics: dict = field(default_factory=dict)  # fit.diagnostics.diagnose: at_bound, phi_identified, …
     profile: dict | None = None  # fit.profile.profile_phi: profile-likelihood interval for φ
     interval: dict | None = None  # fit.bootstrap.random_effects_bootstrap: the reported CIs (``ci``)
-    law_check: dict | None = None  # fit.lawcheck.check_law: does the paper's law hold on these runs?
+    law_check: LawCheck | None = None  # fit.lawcheck.check_law: does the paper's law hold on these runs?
 
     @property
     def ci(self) -> dict[str, list[float]]:
@@ -122,7 +121,7 @@ class Protocol:
                 else {}
             )
         return {
-            "law_check": self.law_check,
+            "law_check": None if self.law_check is None else self.law_check.to_dict(),
             "form": self.fit.law_form,
             "fit": self.fit.to_dict(),
             "ci": ci,
@@ -146,173 +145,36 @@ class Protocol:
             "profile": self.profile,
         }
 
-    def format(self) -> str:
-        """A readable text report: every form, the CIs, residuals per r, budget halves, frontier."""
-        lines = []
-        check = self.law_check or {}
-        if check.get("verdict") == "rejected":
-            lines += [check["headline"]]
-            per_budget = [row for row in check.get("per_budget_phi", []) if row.get("phi") is not None]
-            if per_budget:
-                lines.append(
-                    "phi per budget (E, alpha, beta of the pooled fit): "
-                    + ", ".join(
-                        f"C={row['budget']:.3g}: {row['phi']:.3f}" + _ci_text(row.get("ci"))
-                        for row in per_budget
-                    )
-                )
-            lines.append(
-                f"the pooled phi below is NOT a measurement; the form with the best leave-one-budget-out "
-                f"prediction is {check['selected_form']} (--form {check['selected_form']})"
-            )
-            lines.append("")
-        else:  # identifiability first (is φ pinned down?), then whether the law was checked and holds
-            lines += [line for line in (self.diagnostics.get("verdict"), check.get("headline")) if line]
-            lines.append("")
-        lines += [
-            f"{len(self.fit_rows())} fits on {self.table_summary['n_runs']} runs "
-            f"(r = {self.table_summary['r']}, {len(self.table_summary['budgets'])} budgets); "
-            f"losses in nats, objective = summed Huber(δ=1e-3) on log loss"
-        ]
-        header = (
-            f"{'form':<16}{'E':>8}{'A':>11}{'B':>11}{'alpha':>8}{'beta':>8}{'phi':>8}"
-            f"{'objective':>12}{'R2':>8}{'|grad|':>10}"
+    @classmethod
+    def from_dict(cls, doc: dict) -> Protocol:
+        """The protocol ``to_dict`` wrote (fit.json), for rendering it again without refitting: fits rebuilt
+        from their coefficients, bootstrap samples as arrays, the law check read through its reader."""
+
+        def arrays(part: dict | None) -> dict | None:
+            if part is None:
+                return None
+            return {**part, "samples": {k: np.asarray(v) for k, v in (part.get("samples") or {}).items()}}
+
+        fits = {k: LawFit.from_dict(v) for k, v in doc["forms"].items()}
+        return cls(
+            fit=LawFit.from_dict(doc["fit"]),
+            forms=fits,
+            per_r={k: LawFit.from_dict(v) for k, v in doc["per_r"].items()},
+            residuals=doc["residuals"],
+            bootstrap=arrays(doc["bootstrap"]),
+            budget_halves={k: LawFit.from_dict(v) for k, v in doc["budget_halves"].items()},
+            loop_worth=doc["loop_worth"],
+            compute_optimal=doc["compute_optimal"],
+            compute_optimal_per_r_law=doc["compute_optimal_per_r_law"],
+            cell_minima=doc["cell_minima"],
+            table_summary=doc["table"],
+            settings=doc["settings"],
+            notes=list(doc["notes"]),
+            diagnostics=doc["diagnostics"],
+            profile=doc["profile"],
+            interval=arrays(doc["random_effects_bootstrap"]),
+            law_check=None if not doc.get("law_check") else read_law_check(doc["law_check"]),
         )
-        lines += ["", header, "-" * len(header)]
-        for name, f in self.fit_rows():
-            phi = "" if f.phi is None else f"{f.phi:8.4f}"
-            lines.append(
-                f"{name:<16}{f.E:8.4f}{f.A:11.4g}{f.B:11.4g}{f.alpha:8.4f}{f.beta:8.4f}{phi:>8}"
-                f"{f.objective:12.4e}{f.r2:8.4f}{f.grad_norm:10.1e}"
-                + (f"  at bound: {', '.join(f.at_bound)}" if f.at_bound else "")
-            )
-        if self.diagnostics.get("objective_note"):
-            lines.append(f"objective vs R2: {self.diagnostics['objective_note']}")
-        lines += fixed_lines(self.settings.get("fixed") or {}, self.settings.get("prior"))
-        phi_line = self.phi_intervals_line()
-        if phi_line:
-            lines += ["", phi_line]
-            if self.profile is not None and self.profile.get("disagreement"):
-                lines.append(f"  {self.profile['disagreement']}")
-        if self.diagnostics.get("reasons"):
-            lines.append("flags: " + "; ".join(self.diagnostics["reasons"]))
-        if self.ci:
-            if self.interval is not None:
-                b = self.interval
-                comps = ", ".join(f"{k} {v:.4f}" for k, v in b["components"].items())
-                lines += [
-                    "",
-                    f"{100 * b['level']:.0f}% CIs: random-effects parametric bootstrap ({b['resamples']} "
-                    f"simulated tables; error sd in log loss: {comps}):",
-                ]
-            else:
-                b = self.bootstrap
-                lines += [
-                    "",
-                    f"{100 * b['level']:.0f}% block-bootstrap CIs ({b['resamples']} resamples of "
-                    f"{b['cells']} cells, percentile):",
-                ]
-            keys = (*TOP_KEYS, "ext")
-            lines += [f"  {k:<6} [{lo:.4g}, {hi:.4g}]" for k, (lo, hi) in self.ci.items() if k in keys]
-        lines += [
-            "",
-            "residuals of the fit (observed - predicted, nats):",
-            f"  {'r':<8}{'n':>4}{'mean':>9}{'max|res|':>10}{'RMSE':>8}",
-        ]
-        for key, s in [("all", self.residuals["overall"]), *self.residuals["per_r"].items()]:
-            lines.append(f"  {key:<8}{s['n']:>4}{s['mean']:>+9.4f}{s['max_abs']:>10.4f}{s['rmse']:>8.4f}")
-        if self.loop_worth:
-            caveat = (
-                " [phi not identified: not a finding]"
-                if self.diagnostics.get("phi_identified") is False
-                else ""
-            )
-            lines += [
-                "",
-                f"worth of r loops (r^phi unique blocks){caveat}: "
-                + ", ".join(
-                    f"r={w['r']}: {w['worth']:.3f} ({100 * w['fraction']:.0f}%)" for w in self.loop_worth
-                ),
-            ]
-        if self.compute_optimal:
-            flops = bptt_text(self.compute_optimal.get("bptt_k"), self.compute_optimal["per_r"])
-            head = f"compute-optimal frontier (fitted law, exact FLOPs over continuous width; {flops}):"
-            lines += ["", head]
-            for r, e in self.compute_optimal["per_r"].items():
-                gaps = e.get("gap_to_r1")
-                gap = f", gap to r=1 {min(gaps):+.3f}..{max(gaps):+.3f}" if gaps and r != "1" else ""
-                exps = f"a_N {e['a_N']:.3f}, a_D {e['a_D']:.3f}" if "a_N" in e else ""
-                own = (self.compute_optimal_per_r_law or {}).get(r, {})
-                if "a_N" in own:
-                    exps += f" (own per-r law: a_N {own['a_N']:.3f}, a_D {own['a_D']:.3f})"
-                lines.append(f"  r={r}: {exps}{gap}")
-            outside = [
-                f"r={r} C={row['budget']:.3g}"
-                for r, e in self.compute_optimal["per_r"].items()
-                for row in e["rows"]
-                if row.get("within_widths_run") is False
-            ]
-            rows = [row for e in self.compute_optimal["per_r"].values() for row in e["rows"]]
-            at_edge = sum(bool(row.get("at_edge")) for row in rows)
-            if at_edge:
-                lines.append(
-                    f"  {at_edge} of {len(rows)} optima sit on the edge of the width search (one head, or "
-                    "65,536): the fitted law has no interior optimum there, so their a_N, a_D mean little"
-                )
-            if outside:
-                lines.append(
-                    f"  {len(outside)} of the optima lie outside the widths run (extrapolated): "
-                    + ", ".join(outside[:6])
-                    + (" …" if len(outside) > 6 else "")
-                )
-        if check.get("verdict") in ("holds", "not rejected", "inconclusive", "rejected"):
-            lines += ["", *law_check_lines(check)]
-        template = self.settings.get("template")
-        if template:
-            lines.append(f"architecture template: {template['source']}")
-        lines += [f"note: {n}" for n in self.notes]
-        return "\n".join(lines)
-
-    def phi_intervals_line(self) -> str | None:
-        """φ with its reported CI (random-effects bootstrap), the cell bootstrap's and the profile interval
-        side by side (None for the plain law)."""
-        joint = self.forms.get("joint")
-        if joint is None:
-            return None
-        parts = [f"phi = {joint.phi:.4f}"]
-        if self.fit.form == "joint" and self.interval is not None and "phi" in self.interval["ci"]:
-            lo, hi = self.interval["ci"]["phi"]
-            parts.append(
-                f"{100 * self.interval['level']:.0f}% CI [{lo:.4f}, {hi:.4f}] (random-effects bootstrap)"
-            )
-        if self.fit.form == "joint" and self.bootstrap is not None and "phi" in self.bootstrap["ci"]:
-            lo, hi = self.bootstrap["ci"]["phi"]
-            parts.append(f"cell bootstrap [{lo:.4f}, {hi:.4f}]")
-        elif self.interval is None:
-            parts.append("bootstrap CI: none")
-        if self.profile is not None:
-            ends = ["open" if x is None else f"{x:.4f}" for x in self.profile["interval"]]
-            parts.append(
-                f"{100 * self.profile['level']:.0f}% profile interval [{ends[0]}, {ends[1]}] "
-                f"(least-squares phi {self.profile['phi_hat']:.4f})"
-            )
-            agree = self.profile.get("agrees_with_bootstrap")
-            if agree is not None:
-                parts.append("intervals agree" if agree else "intervals DISAGREE")
-        else:
-            parts.append("profile: not computed")
-        identified = self.diagnostics.get("phi_identified")
-        if identified is False:
-            parts.append("NOT IDENTIFIED")
-        return "   ".join(parts)
-
-    def fit_rows(self) -> list[tuple[str, LawFit]]:
-        rows = [(name, f) for name, f in self.forms.items()]
-        if self.fit.form == "chinchilla":
-            rows = [("chinchilla", self.fit)]
-        rows += [(f"r={k} chinchilla", f) for k, f in self.per_r.items()]
-        rows += [(f"{k} half", f) for k, f in self.budget_halves.items()]
-        return rows
 
 
 def run_protocol(

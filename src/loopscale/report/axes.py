@@ -5,23 +5,17 @@ validation loss, the tasks behind each axis number, and the axes figure (method 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 from loopscale.fit.labels import flops_label
-from loopscale.fit.plot_axes import no_data_note, panel_grid
+from loopscale.present.figures import axis_columns
 from loopscale.report.document import Section, Table
-from loopscale.report.figures import save_figure
 from loopscale.sweep.results import NO_TASKS, SE_PREFIX, TASKS_PREFIX
-
-
-def _axis_columns(rows: list[dict]) -> list[str]:
-    return sorted({k for row in rows for k in row if k.startswith("axis_")})
 
 
 def axes_section(rows: list[dict]) -> Section | None:
     """Per (budget, r) cell, the compute-optimal checkpoint (lowest validation loss in the cell, method §10.2)
     and its per-axis continuation losses (nats), as in the paper's headline downstream view."""
-    axes = _axis_columns(rows)
+    axes = axis_columns(rows)
     if not axes:
         return None
     best: dict[tuple[float, int], dict] = {}
@@ -156,47 +150,3 @@ def axis_task_lists(rows: list[dict]) -> list:
         "runs only with the same task list."
     )
     return [note, table]
-
-
-def axis_plots(rows: list[dict], out_dir: Path) -> list[Path]:
-    """axes.png and axes.svg: ``axis_figure`` of the rows; the PNG's path (nothing when no run was
-    evaluated)."""
-    fig = axis_figure(rows)
-    return [] if fig is None else [save_figure(fig, out_dir / "axes")]
-
-
-def axis_figure(rows: list[dict]):
-    """Axis continuation loss vs validation loss (nats), one panel per axis, coloured by r; a panel whose
-    axis no run has a loss on says "no data". None without axis columns or finished runs."""
-    axes = _axis_columns(rows)
-    ok = [row for row in rows if row["status"] == "ok"]
-    if not axes or not ok:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rs = sorted({row["r"] for row in ok})
-    colors = {r: plt.cm.viridis(i / max(1, len(rs) - 1)) for i, r in enumerate(rs)}
-    n_rows, cols = panel_grid(len(axes))
-    fig, grid = plt.subplots(n_rows, cols, figsize=(4.5 * cols, 3.6 * n_rows), squeeze=False)
-    for ax, name in zip(grid.flat, axes):
-        for r in rs:
-            pts = [
-                (row["loss"], row[name])
-                for row in ok
-                if row["r"] == r and math.isfinite(row.get(name, math.nan))
-            ]
-            if pts:
-                ax.scatter(*zip(*pts), color=colors[r], s=16, label=f"r={r}")
-        if not ax.has_data():  # an axis whose tasks had no data (e.g. math_word_problems without ASDiv)
-            no_data_note(ax, "no data: no run has a loss on this axis")
-        ax.set(title=name.removeprefix("axis_"), xlabel="validation loss (nats)", ylabel="axis loss (nats)")
-    for ax in list(grid.flat)[len(axes) :]:
-        ax.set_visible(False)
-    with_data = [ax for ax in grid.flat if ax.get_legend_handles_labels()[0]]
-    if with_data:
-        with_data[0].legend(fontsize=8)
-    fig.tight_layout()
-    return fig

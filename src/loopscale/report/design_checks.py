@@ -5,6 +5,7 @@ runs that miss it. RMSEs and σ in nats."""
 from __future__ import annotations
 
 from loopscale.fit.labels import flops_label, percent_text
+from loopscale.fit.results import LawCheck, law_check_in
 from loopscale.report.document import Bullets, Section, Table
 from loopscale.report.formatting import ci_text, finished_runs
 
@@ -14,13 +15,14 @@ NOISE_MULTIPLE = 2.0
 MIN_REPLICATED_RUNS = 8
 
 
-def _selected_form(check: dict) -> tuple[str, float | None, list[dict]]:
+def _selected_form(check: LawCheck | None) -> tuple[str, float | None, tuple]:
     """(name, residual RMSE in nats, leave-one-budget-out rows) of the form the law check selected."""
-    name = check.get("selected_form") or "paper"
-    if name == "paper":
-        return name, check.get("rmse"), check.get("leave_one_budget_out") or []
-    ext = next((e for e in check.get("extensions") or [] if e.get("form") == name), {})
-    return name, ext.get("rmse"), ext.get("leave_one_budget_out") or []
+    if check is None:
+        return "paper", None, ()
+    if check.selected_form == "paper":
+        return "paper", check.rmse, check.leave_one_budget_out
+    ext = next(e for e in check.extensions if e.form == check.selected_form)
+    return check.selected_form, ext.rmse, ext.leave_one_budget_out or ()
 
 
 def _met(ok: bool) -> str:
@@ -30,7 +32,7 @@ def _met(ok: bool) -> str:
 def design_checks_section(doc, rows: list[dict], below_bigram: tuple[int, int, float] | None) -> Section:
     """Can these runs test the law? The factorial laptop design's targets (docs/sweeps.md), each with the
     measured value, so that a missed one shows by how much, and the cells or runs that miss it."""
-    check = doc.get("law_check") or {}
+    check = law_check_in(doc, "fit.json")
     finished = finished_runs(rows)
     table: list[list[str]] = []
     notes: list[str] = []
@@ -50,13 +52,13 @@ def design_checks_section(doc, rows: list[dict], below_bigram: tuple[int, int, f
             else "; ".join(f"{flops_label(c)}: {sorted(w)}" for c, w in sorted(widths.items()))
         )
         add("same widths at every budget (budget and width not confounded)", value, "yes", factorial)
-    noise = check.get("noise") or {}
-    sigma = noise.get("sigma") if noise.get("source") == "replicates" else None
-    replicated = noise.get("replicated_runs") if sigma else 0
+    noise = None if check is None else check.noise
+    sigma = noise.sigma if noise is not None and noise.source == "replicates" else None
+    replicated = noise.replicated_runs if sigma else 0
     noise_value = (
-        f"{replicated} runs in {replicated - noise['df']} replicated cells: σ = {sigma:.4f} nats on "
-        f"{noise['df']} df, "
-        f"95% CI {ci_text(noise.get('ci'), 4)}"
+        f"{replicated} runs in {replicated - noise.df} replicated cells: σ = {sigma:.4f} nats on "
+        f"{noise.df} df, "
+        f"95% CI {ci_text(noise.ci, 4)}"
         if sigma
         else "none (no replicate seeds)"
     )
@@ -73,11 +75,11 @@ def design_checks_section(doc, rows: list[dict], below_bigram: tuple[int, int, f
             target,
             rmse <= NOISE_MULTIPLE * sigma,
         )
-    top = max((row for row in lobo if "rmse" in row), key=lambda row: row["budget"], default=None)
+    top = max((row for row in lobo if not row.failed), key=lambda row: row.budget, default=None)
     if top is not None and sigma:
-        name = f"top budget ({flops_label(top['budget'])}) left out, predicted by {label}"
-        measured = f"RMSE {top['rmse']:.4f} nats = {top['rmse'] / sigma:.1f} σ"
-        add(name, measured, target, top["rmse"] <= NOISE_MULTIPLE * sigma)
+        name = f"top budget ({flops_label(top.budget)}) left out, predicted by {label}"
+        measured = f"RMSE {top.rmse:.4f} nats = {top.rmse / sigma:.1f} σ"
+        add(name, measured, target, top.rmse <= NOISE_MULTIPLE * sigma)
     minima = doc.get("cell_minima") or []
     if minima:
         vertex = sum(bool(m.get("bracketed")) for m in minima)
@@ -106,7 +108,7 @@ def design_checks_section(doc, rows: list[dict], below_bigram: tuple[int, int, f
                 + "."
             )
     if sigma and rmse is not None and rmse > NOISE_MULTIPLE * sigma:
-        shares = {k: v for k, v in (check.get("decomposition") or {}).items() if v is not None}
+        shares = check.decomposition
         if shares:
             key, share = max(shares.items(), key=lambda kv: kv[1])
             names = {"r_x_width": "r × width", "budget_x_r": "budget × r"}

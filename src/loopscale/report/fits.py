@@ -4,7 +4,7 @@ minimised objective and the parameters at a box edge, the joint fit's residuals 
 
 from __future__ import annotations
 
-from loopscale.fit.plots import method_name
+from loopscale.present.plots import method_name
 from loopscale.report.document import Section, Table
 from loopscale.report.formatting import SYMBOL, ci_method, level, num
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 
 from loopscale.fit.labels import interval_text
-from loopscale.fit.plots import method_name
+from loopscale.fit.results import law_check_in
+from loopscale.present.plots import method_name
 
 SYMBOL = {"alpha": "α", "beta": "β", "phi": "φ"}
 
@@ -40,7 +41,8 @@ def identified(doc) -> bool:
 
 
 def rejected(doc) -> bool:
-    return (doc.get("law_check") or {}).get("verdict") == "rejected"
+    check = law_check_in(doc, "fit.json")
+    return check is not None and check.verdict == "rejected"
 
 
 def level(doc) -> str:

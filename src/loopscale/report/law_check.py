@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from loopscale.fit.labels import end_ranges_text, flops_label, percent_text
+from loopscale.fit.results import LawCheck, law_check_in
+from loopscale.present.law_check import law_reasons
 from loopscale.report.document import Bullets, Image, Section, Table
 from loopscale.report.figures import caption
 from loopscale.report.formatting import ci_text, num
@@ -18,38 +20,34 @@ _NOISE_SOURCE = {
 }
 
 
-def _noise_text(check: dict) -> str:
-    noise = check.get("noise") or {}
-    source = noise.get("source") or "none"
-    if noise.get("sigma") is None or source == "none":
+def _noise_text(check: LawCheck) -> str:
+    noise = check.noise
+    if noise.sigma is None or noise.source == "none":
         return (
             "Noise: not known (no replicate seeds and no --noise), so nothing below is measured in noise "
             "units and the lack-of-fit test is not run."
         )
-    df = f" from {noise['df']} degrees of freedom" if noise.get("df") is not None else ""
-    ci = f", 95% CI {ci_text(noise.get('ci'))}" if noise.get("ci") else ""
-    return f"Noise: σ = {noise['sigma']:.4f} nats{df} ({_NOISE_SOURCE.get(source, source)}{ci})."
+    df = f" from {noise.df} degrees of freedom" if noise.df is not None else ""
+    ci = f", 95% CI {ci_text(noise.ci)}" if noise.ci else ""
+    return f"Noise: σ = {noise.sigma:.4f} nats{df} ({_NOISE_SOURCE[noise.source]}{ci})."
 
 
-def _lack_of_fit_text(check: dict) -> str:
-    lof = check.get("lack_of_fit")
-    if not lof:
+def _lack_of_fit_text(check: LawCheck) -> str:
+    lof = check.lack_of_fit
+    if lof is None:
         return "Lack-of-fit test: not run (no replicate seeds and no --noise to test the residuals against)."
-    name = "F" if lof.get("test") == "F" else "χ²"
-    df = lof.get("df")
-    df_text = "" if df is None else f" on {tuple(df)} df" if isinstance(df, list) else f" on {df} df"
-    source = _NOISE_SOURCE.get(lof.get("source"), lof.get("source") or "an unnamed noise figure")
+    name = "F" if lof.test == "F" else "χ²"
     return (
-        f"Lack-of-fit test: {name} = {num(lof.get('statistic'), '{:.2f}')}{df_text}, "
-        f"p = {num(lof.get('p'), '{:.2g}')}, against {source}: residual RMSE "
-        f"{num(lof.get('rmse'), '{:.4f}')} nats against σ = {num(lof.get('sigma'), '{:.4f}')} nats."
+        f"Lack-of-fit test: {name} = {num(lof.statistic, '{:.2f}')} on {lof.df} df, "
+        f"p = {num(lof.p, '{:.2g}')}, against {_NOISE_SOURCE[lof.source]}: residual RMSE "
+        f"{num(lof.rmse, '{:.4f}')} nats against σ = {num(lof.sigma, '{:.4f}')} nats."
     )
 
 
 def law_check_section(doc, figure: Path | None = None) -> Section:
     """The law check's evidence: leave-one-budget-out prediction, lack of fit, the one-parameter extensions
     of the law, φ per budget and per half, the residual decomposition and residuals against width."""
-    check = doc.get("law_check")
+    check = law_check_in(doc, "fit.json")
     if check is None:
         return Section(
             "Law check",
@@ -60,31 +58,31 @@ def law_check_section(doc, figure: Path | None = None) -> Section:
         )
     blocks: list = []
     # the verdict is the report's first line; an untestable one gives its reasons there, the others here
-    if check.get("reasons") and check.get("verdict") in ("rejected", "inconclusive", "holds", "not rejected"):
-        reasons = Bullets([str(reason) for reason in check["reasons"]])
-        blocks += [f"The tests behind the verdict ({check['verdict']}):", reasons]
+    reasons = law_reasons(check)
+    if reasons and check.verdict != "untestable":
+        blocks += [f"The tests behind the verdict ({check.verdict}):", Bullets(reasons)]
     blocks.append(_noise_text(check))
-    lobo = check.get("leave_one_budget_out") or []
+    lobo = check.leave_one_budget_out
     if lobo:
         blocks.append(
             "Leave one budget out: fit without it, predict it (the top budget is the extrapolation a user "
             "relies on); RMSE and bias (observed − predicted) in nats and in units of the noise σ:"
         )
-        tested = any("F" in row for row in lobo)  # a test of each prediction, when the check made one
+        tested = any(not row.failed for row in lobo)  # a test of each prediction, when the check made one
         blocks.append(
             Table(
                 ["C (FLOPs)", "runs", "RMSE (nats)", "bias (nats)", "RMSE / σ", "bias / σ"]
                 + (["F", "p"] if tested else []),
                 [
                     [
-                        num(row.get("budget"), flops_label),
-                        num(row.get("n")),
-                        num(row.get("rmse"), "{:.4f}"),
-                        num(row.get("bias"), "{:+.4f}"),
-                        num(row.get("rmse_over_noise"), "{:.1f}"),
-                        num(row.get("bias_over_noise"), "{:+.1f}"),
+                        num(row.budget, flops_label),
+                        num(row.n),
+                        num(row.rmse, "{:.4f}"),
+                        num(row.bias, "{:+.4f}"),
+                        num(row.rmse_over_noise, "{:.1f}"),
+                        num(row.bias_over_noise, "{:+.1f}"),
                     ]
-                    + ([num(row.get("F"), "{:.2f}"), num(row.get("p"), "{:.2g}")] if tested else [])
+                    + ([num(row.F, "{:.2f}"), num(row.p, "{:.2g}")] if tested else [])
                     for row in lobo
                 ],
             )
@@ -92,9 +90,9 @@ def law_check_section(doc, figure: Path | None = None) -> Section:
     else:
         blocks.append("Leave one budget out: not available (fewer than two budgets).")
     blocks.append(_lack_of_fit_text(check))
-    extensions = check.get("extensions") or []
+    extensions = check.extensions
     if extensions:
-        selected = check.get("selected_form")
+        selected = check.selected_form
         blocks.append(
             "One-parameter extensions of the law (each against the constant-φ law: likelihood-ratio "
             "statistic LR, extra-sum-of-squares F and its p-value, AIC, residual RMSE and "
@@ -107,45 +105,43 @@ def law_check_section(doc, figure: Path | None = None) -> Section:
                 [*header, "leave-out RMSE"],
                 [
                     [
-                        str(e.get("form")) + (" (selected)" if e.get("form") == selected else ""),
-                        str(e.get("label") or ""),
-                        num(e.get("estimate"), "{:+.3f}"),
-                        ci_text(e.get("ci")),
-                        num(e.get("phi0"), "{:.3f}"),
-                        num(e.get("lr"), "{:.1f}"),
-                        num(e.get("F"), "{:.1f}"),
-                        num(e.get("p"), "{:.2g}"),
-                        num(e.get("aic"), "{:.1f}"),
-                        num(e.get("rmse"), "{:.4f}"),
-                        num(e.get("lobo_rmse"), "{:.4f}"),
+                        e.form + (" (selected)" if e.form == selected else ""),
+                        e.label,
+                        num(e.estimate, "{:+.3f}"),
+                        ci_text(e.ci),
+                        num(e.phi0, "{:.3f}"),
+                        num(e.lr, "{:.1f}"),
+                        num(e.F, "{:.1f}"),
+                        num(e.p, "{:.2g}"),
+                        num(e.aic, "{:.1f}"),
+                        num(e.rmse, "{:.4f}"),
+                        num(e.lobo_rmse, "{:.4f}"),
                     ]
                     for e in extensions
                 ],
             )
         )
-    per_budget = check.get("per_budget_phi") or []
-    halves = check.get("halves") or {}
+    per_budget, halves = check.per_budget_phi, check.halves
     if per_budget or halves:
         rows = [
             [
-                f"C = {flops_label(row['budget'])}",
-                num(row.get("n")),
-                num(row.get("phi"), "{:.3f}"),
-                ci_text(row.get("ci")),
-                end_ranges_text(row.get("ci_mc")),
+                f"C = {flops_label(row.budget)}",
+                num(row.n),
+                num(row.phi, "{:.3f}"),
+                ci_text(row.ci),
+                end_ranges_text(row.ci_mc),
             ]
             for row in per_budget
         ]
         rows += [
             [
-                f"{name} half ({', '.join(flops_label(b) for b in h.get('budgets') or [])})",
-                num(h.get("n")),
-                num(h.get("phi"), "{:.3f}"),
-                ci_text(h.get("ci")),
-                end_ranges_text(h.get("ci_mc")),
+                f"{h.half} half ({', '.join(flops_label(b) for b in h.budgets)})",
+                num(h.n),
+                num(h.phi, "{:.3f}"),
+                ci_text(h.ci),
+                end_ranges_text(h.ci_mc),
             ]
-            for name, h in halves.items()
-            if h
+            for h in halves
         ]
         blocks.append(
             "φ refitted per budget (E, α, β held at the pooled fit) and per half of the budgets (the whole "
@@ -155,8 +151,7 @@ def law_check_section(doc, figure: Path | None = None) -> Section:
         )
         header = ["refit on", "runs", "φ", "CI", "Monte Carlo range: lower end / upper end"]
         blocks.append(Table(header, rows))
-    shares = check.get("decomposition") or {}
-    shares = {k: v for k, v in shares.items() if v is not None}
+    shares = check.decomposition
     if shares:
         names = {"r_x_width": "r × width", "budget_x_r": "budget × r"}
         blocks.append(

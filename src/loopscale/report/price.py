@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loopscale.fit.effect_text import effect_sentence
 from loopscale.io import atomic_write_text
+from loopscale.present.effect_text import effect_sentence
 from loopscale.report.compare import effect_blocks, effects_figure, excess_width_figure
 from loopscale.report.document import Document, Image, Section, Table
 from loopscale.report.figures import caption

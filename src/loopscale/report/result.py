@@ -7,12 +7,11 @@ from __future__ import annotations
 import math
 
 from loopscale.errors import UserError
-from loopscale.fit import equivalence
-from loopscale.fit.analyses import bptt_by_r
+from loopscale.fit.analyses import bptt_by_r, equivalence
 from loopscale.fit.labels import count_label, percent_text
 from loopscale.fit.law import LOWER, PARAMS, UPPER
-from loopscale.fit.plots import method_name
 from loopscale.paper import JOINT_FIT, PHI_CI
+from loopscale.present.plots import method_name
 from loopscale.report.document import Bullets, Section, Table
 from loopscale.report.formatting import SYMBOL, ci_method, identified, level, num, rejected
 

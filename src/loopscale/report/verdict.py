@@ -4,10 +4,9 @@ under the key figures (why φ is not identified, the count baselines, the fit qu
 
 from __future__ import annotations
 
-import re
-
 from loopscale.fit.labels import flops_label
-from loopscale.fit.lawcheck import LACK_OF_FIT_CAUTION
+from loopscale.fit.results import LawCheck, law_check_in
+from loopscale.present.law_check import law_headline
 from loopscale.report.document import Bullets, Section, Table
 from loopscale.report.formatting import ci_text, intervals_text, main_interval_text, num, rejected
 
@@ -33,50 +32,42 @@ def law_verdict(doc) -> str:
     """The first sentence of the report and of the CLI line: what the law check (fit.json
     ``law_check``) says about the law, without φ. Rejected: its headline, the strongest evidence;
     inconclusive: no test rejects, and the φ-trend test had too little power to."""
-    check = doc.get("law_check")
+    check = law_check_in(doc, "fit.json")
     if check is None:
         return "law not checked (fit.json predates the law check)"
-    reasons = "; ".join(r for r in check.get("reasons") or [] if r)
-    verdict = check.get("verdict")
-    if verdict in ("rejected", "inconclusive", "not rejected"):
-        return check.get("headline") or f"the law check is {verdict}: {reasons or 'no reason recorded'}"
-    if verdict == "holds":  # its headline without φ, which the report gives with its interval next
-        headline = re.split(r";\s*(?:phi|φ)\s*=", check.get("headline") or "")[0].strip()
-        return headline or "the law holds on these runs (no test of the law check rejects it)"
-    return f"the law could not be checked: {reasons or check.get('headline') or 'no reason recorded'}"
+    if check.verdict == "untestable":
+        return f"the law could not be checked: {law_headline(check)}"
+    return law_headline(check)
 
 
-def per_budget_text(check: dict) -> str:
+def per_budget_text(check: LawCheck) -> str:
     """φ per budget with its CI (the law check's refits with E, α, β held), one phrase. The budget halves
     stay in the law-check section: whole-law refits on half the budgets have CI ends that a different
     resample seed moves across 0 (``fit.lawcheck.phi_halves``), which a lead must not rest on."""
     items = [
-        f"C = {flops_label(row['budget'])}: {num(row.get('phi'), '{:.2f}')} {ci_text(row.get('ci'), 2)}"
-        for row in check.get("per_budget_phi") or []
+        f"C = {flops_label(row.budget)}: {num(row.phi, '{:.2f}')} {ci_text(row.ci, 2)}"
+        for row in check.per_budget_phi
     ]
     return "per budget " + "; ".join(items) if items else "no per-budget φ"
 
 
-def _lack_of_fit_p(doc) -> float | None:
-    return ((doc.get("law_check") or {}).get("lack_of_fit") or {}).get("p")
-
-
 def _law_holds(doc) -> bool:
-    """The law check says "holds" and the lack of fit is not below 1% (a law with p = 0.002 for its lack of
-    fit passes the family level of eight tests, but is only "not rejected")."""
-    lof = _lack_of_fit_p(doc)
-    clean = lof is None or lof >= LACK_OF_FIT_CAUTION
-    return (doc.get("law_check") or {}).get("verdict") == "holds" and clean
+    """The law check says "holds" (which ``fit.results.LawCheck`` refuses beside a lack of fit below 1%: a
+    law with p = 0.002 for its lack of fit passes the family level of eight tests, but is only "not
+    rejected")."""
+    check = law_check_in(doc, "fit.json")
+    return check is not None and check.verdict == "holds"
 
 
 def _unconfirmed(doc) -> str:
     """Why a φ under a law that is not rejected is still no measurement: the check had too little power,
     its lack of fit is below 1%, or it could not run."""
-    verdict = (doc.get("law_check") or {}).get("verdict")
+    check = law_check_in(doc, "fit.json")
+    verdict = None if check is None else check.verdict
     if verdict == "inconclusive":
         return "given a law these runs are too few to test"
-    if verdict in ("holds", "not rejected"):
-        return f"given a law not rejected (lack of fit p = {_lack_of_fit_p(doc):.2g}), not confirmed"
+    if verdict == "not rejected":
+        return f"given a law not rejected (lack of fit p = {check.lack_of_fit.p:.2g}), not confirmed"
     return "given a law not checked on these runs"
 
 
@@ -128,7 +119,7 @@ def phi_statement(doc) -> str:
         return "The plain Chinchilla law has no φ."
     if doc["settings"].get("fix_phi") is not None:
         return f"φ fixed at {phi:g} (not fitted)."
-    check = doc.get("law_check") or {}
+    check = law_check_in(doc, "fit.json")
     if diag["phi_identified"] is False:
         tail = f"; the constant-φ law is rejected too: {per_budget_text(check)}" if rejected(doc) else ""
         return (
@@ -192,10 +183,10 @@ def headline_table(doc, fitted: int, planned: int, below_bigram, delta_phi: dict
     identified = {True: "identified", False: "not identified"}.get(doc["diagnostics"]["phi_identified"], "")
     # both words when both hold: an unidentified φ is never shown as if only the law were in question
     status = "; ".join(w for w in ("law rejected" if rejected(doc) else "", identified) if w)
-    check = doc.get("law_check") or {}
-    noise = check.get("noise") or {}
-    lof = check.get("lack_of_fit")
-    lof_name = "F" if (lof or {}).get("test") == "F" else "χ²"
+    check = law_check_in(doc, "fit.json")
+    sigma = None if check is None else check.noise.sigma
+    lof = None if check is None else check.lack_of_fit
+    lof_name = "F" if lof is not None and lof.test == "F" else "χ²"
     header = ["φ", "interval", "runs fitted", "below bigram", "seed noise σ", "lack of fit"]
     if phi is None:
         phi_cell, interval = "–", "not computed"
@@ -209,10 +200,10 @@ def headline_table(doc, fitted: int, planned: int, below_bigram, delta_phi: dict
         interval,
         f"{fitted} of {planned}",
         "not available" if below_bigram is None else f"{below_bigram[0]} of {below_bigram[1]}",
-        "not known" if noise.get("sigma") is None else f"{noise['sigma']:.4f} nats",
+        "not known" if sigma is None else f"{sigma:.4f} nats",
         "not run"
-        if not lof
-        else f"{lof_name} = {num(lof.get('statistic'), '{:.2f}')}, p = {num(lof.get('p'), '{:.2g}')}",
+        if lof is None
+        else f"{lof_name} = {num(lof.statistic, '{:.2f}')}, p = {num(lof.p, '{:.2g}')}",
     ]
     if delta_phi is not None:
         header.append("effect of the variant")

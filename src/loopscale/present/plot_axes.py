@@ -1,6 +1,6 @@
 """Axes of loopscale's figures: log axes with a few labelled ticks, linear tick counts, panel grids, the
-note of an empty panel and the range of a long-tailed distribution (shared by ``fit.plots`` and the report's
-figures)."""
+note of an empty panel and the range of a long-tailed distribution (shared by ``present.plots`` and the
+report's figures)."""
 
 from __future__ import annotations
 

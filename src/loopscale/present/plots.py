@@ -34,10 +34,10 @@ import numpy as np
 
 from loopscale.fit.labels import flops_label, interval_text
 from loopscale.fit.law import law_loss
-from loopscale.fit.plot_axes import linear_ticks, log_axis, panel_grid, robust_range
 from loopscale.fit.protocol import Protocol
 from loopscale.fit.table import RunTable
 from loopscale.io import atomic_write
+from loopscale.present.plot_axes import linear_ticks, log_axis, panel_grid, robust_range
 from loopscale.progress import progress
 
 #: Every figure ``plot_protocol`` can write, in the order a reader wants them.

@@ -1,0 +1,27 @@
+"""The dataset baselines a report sets the runs beside: unigram and bigram cross-entropy of the sweep's
+validation tokens (nats), computed once at analysis time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from loopscale.errors import UserError
+from loopscale.published import path_from, relative_text
+
+
+def dataset_baseline_losses(spec, folder: Path) -> dict:
+    """Unigram/bigram cross-entropy of the sweep's validation tokens, or why they are not available; the
+    dataset path relative to the report ``folder`` (a published report names no machine path)."""
+    from loopscale.data.baselines import dataset_baselines
+    from loopscale.data.dataset import PackedDataset
+    from loopscale.train.config import DEFAULT_DATASET
+
+    data = (spec.train or {}).get("data") or {}
+    path = data.get("path") or DEFAULT_DATASET
+    try:
+        ds = PackedDataset(path)
+        val_tokens = data.get("val_tokens") or ds.num_rows("val") * ds.seq_len
+        values = dataset_baselines(path, int(val_tokens))
+    except UserError as exc:
+        return {"values": None, "note": f"not available: {relative_text(str(exc), folder)}"}
+    return {"values": values.to_dict(), "dataset": path_from(folder, path), "note": None}
