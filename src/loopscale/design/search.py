@@ -87,7 +87,7 @@ def cell_members(cands: Candidates, key: tuple[float, int]) -> np.ndarray:
     return members[np.argsort(cands.width[members], kind="stable")]
 
 
-def bracketing_windows(cands: Candidates, info: Information, min_widths: int = 3) -> dict:
+def _bracketing_windows(cands: Candidates, info: Information, min_widths: int = 3) -> dict:
     """Per (budget, r) cell: {(lo, hi): candidate indices} for every contiguous run of ≥ ``min_widths`` widths
     whose parabola through the prior's noise-free losses has its vertex inside (``parabola_minima``)."""
     out: dict[tuple[float, int], dict[tuple[int, int], np.ndarray]] = {}
@@ -160,7 +160,7 @@ class _Space:
     ):
         self.cands, self.info, self.replicates, self.name = cands, info, replicates, name
         self.steps = 0
-        self.windows = bracketing_windows(cands, info, constraints.min_widths)
+        self.windows = _bracketing_windows(cands, info, constraints.min_widths)
         self.min_widths = constraints.min_widths
         self.budgets = sorted(set(cands.budget.tolist()))
         self.need = constraints.required_rs(sorted(set(cands.r.tolist())))

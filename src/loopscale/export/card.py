@@ -17,6 +17,7 @@ from loopscale.config import load_yaml
 from loopscale.errors import UserError
 from loopscale.fit.results import law_check_in
 from loopscale.present.law_check import law_headline
+from loopscale.present.numbers import interval
 from loopscale.published import path_from, relative_text
 
 FRONT_MATTER = """---
@@ -137,7 +138,7 @@ def _sweep(run: Path, out: Path) -> list[str]:
     ci_text = ""
     if isinstance(ci, list | tuple) and len(ci) == 2 and all(_number(v) is not None for v in ci):
         method = str(fit.get("ci_method") or "bootstrap").replace("_", " ")
-        ci_text = f", 95% CI [{ci[0]:.3f}, {ci[1]:.3f}] ({method})"
+        ci_text = f", 95% CI {interval(ci)} ({method})"
     n_runs = (fit.get("fit") or {}).get("n_runs")
     runs_text = f" over {n_runs} runs" if isinstance(n_runs, int) else ""
     law = "L = E + A·(N_once + r^φ·N_rec)^(−α) + B·D^(−β)"

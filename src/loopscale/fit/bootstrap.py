@@ -188,7 +188,7 @@ def refit_weighted(
     return np.stack(thetas)
 
 
-def coefficient_table(thetas: np.ndarray, plain: bool) -> dict[str, np.ndarray]:
+def _coefficient_table(thetas: np.ndarray, plain: bool) -> dict[str, np.ndarray]:
     """θ rows → {E, A, B, alpha, beta[, phi], a, b, e[, ext]}: one array of bootstrap values each."""
     rows = [theta_to_coefficients(t) for t in thetas]
     keys = [k for k in rows[0] if not (plain and k == "phi")]
@@ -200,7 +200,7 @@ def held_keys(fit: LawFit) -> set[str]:
     return {k for name in fit.held for k in (name, PARAM_LABELS[PARAMS.index(name)])}
 
 
-def interval_table(samples: dict[str, np.ndarray], fit: LawFit, level: float) -> dict[str, list[float]]:
+def _interval_table(samples: dict[str, np.ndarray], fit: LawFit, level: float) -> dict[str, list[float]]:
     """Percentile CIs of the bootstrap ``samples``, except for the parameters ``fit`` holds."""
     held = held_keys(fit)
     return {k: percentile_ci(v, level) for k, v in samples.items() if k not in held}
@@ -225,7 +225,7 @@ def bootstrap_fit(
         raise UserError(f"bootstrap needs at least 2 resamples, got {resamples}")
     weights = resample_weights(table, resamples, seed, joint=fit.form == "joint")
     thetas = refit_weighted(fit, table, weights, restarts, seed + 1, advance=advance, held_draws=held_draws)
-    samples = coefficient_table(thetas, fit.form == "chinchilla")
+    samples = _coefficient_table(thetas, fit.form == "chinchilla")
     return {
         "resamples": resamples,
         "cells": len(table.cells()[1]),
@@ -234,7 +234,7 @@ def bootstrap_fit(
         "level": level,
         "held_resampled": sorted(held_draws or {}),
         "samples": samples,
-        "ci": interval_table(samples, fit, level),
+        "ci": _interval_table(samples, fit, level),
     }
 
 
@@ -380,7 +380,7 @@ def random_effects_bootstrap(
     thetas = refit_weighted(
         fit, table, None, restarts, seed + 1, targets=sims, advance=advance, held_draws=held_draws
     )
-    samples = coefficient_table(thetas, plain)
+    samples = _coefficient_table(thetas, plain)
     return {
         "method": "random-effects parametric bootstrap: REML variance components of the log-loss residuals "
         "((r, width) effect shared across budgets, (budget, r) cell effect, iid), tables simulated from "
@@ -391,5 +391,5 @@ def random_effects_bootstrap(
         "level": level,
         "held_resampled": sorted(held_draws or {}),
         "samples": samples,
-        "ci": interval_table(samples, fit, level),
+        "ci": _interval_table(samples, fit, level),
     }

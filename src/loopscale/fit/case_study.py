@@ -105,7 +105,7 @@ def loop_tax(t: RunTable) -> list[dict]:
     return cell_gaps(parabola_minima(t))
 
 
-def effect_power(e: dict) -> dict[str, float]:
+def _effect_power(e: dict) -> dict[str, float]:
     """Power of the pairs' rule to name a Δφ of each reference size alone (simulated on this design)."""
     return {
         f"{d:+.2f}": e["calibration"][f"delta phi = {d:+.2f}"]["power"]
@@ -191,7 +191,7 @@ def compare_arms(
         doc["effects"] = analyse_pairs(
             arms.base_table, arms.variant_runs, base_fit, base_resamples=resamples, seed=seed
         )
-        doc["power"] = effect_power(doc["effects"])
+        doc["power"] = _effect_power(doc["effects"])
     except UserError as exc:  # tables without matched pairs: the shared fit alone
         doc["effects"] = None
         doc["notes"].append(f"no matched-pair analysis: {exc}")

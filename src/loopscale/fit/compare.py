@@ -251,7 +251,7 @@ def ls_rss(model: SharedModel, theta: np.ndarray, seed: int, restarts: int = 10)
     return 2.0 * opt.objective, opt.theta
 
 
-def f_test(full: SharedModel, null: SharedModel, theta: np.ndarray, n: int, seed: int) -> dict:
+def _f_test(full: SharedModel, null: SharedModel, theta: np.ndarray, n: int, seed: int) -> dict:
     """Extra-sum-of-squares F of the parameters ``full`` frees and ``null`` holds (least squares on log
     loss, iid Gaussian errors assumed)."""
     rss1, theta1 = ls_rss(full, theta, seed)
@@ -262,7 +262,7 @@ def f_test(full: SharedModel, null: SharedModel, theta: np.ndarray, n: int, seed
     return {"F": float(stat), "df": [extra, df], "p": float(f_dist.sf(stat, extra, df)) if df > 0 else None}
 
 
-def arm_groups(arms: Arms) -> dict[str, np.ndarray]:
+def _arm_groups(arms: Arms) -> dict[str, np.ndarray]:
     """Indicator matrices of the random-effects groups, per arm: an (arm, r, width) effect across budgets and
     an (arm, budget, r) cell effect (the r = 1 anchors belong to the base arm). Per arm, not shared: a misfit
     of the law that both arms share would cancel in Δφ, but one the variant does not share would not, and
@@ -294,7 +294,7 @@ def bootstrap_shared(
     free = model.box.free
     log_pred = log_prediction(theta, model.design)
     resid = model.design.log_loss - log_pred
-    groups = arm_groups(arms)
+    groups = _arm_groups(arms)
     components = variance_components(resid, groups, design_jacobian(theta, model.design, free))
     sims = simulate_tables(log_pred, groups, components, resamples, np.random.default_rng(seed))
     rng = np.random.default_rng(seed + 1)
@@ -365,7 +365,7 @@ def delta_phi_shared(
     )
     opt = fit_shared(model, restarts, seed, _warm_starts(model, base, variant))
     theta = opt.theta
-    test = f_test(model, model.without_delta(), theta, len(arms.table), seed)
+    test = _f_test(model, model.without_delta(), theta, len(arms.table), seed)
     estimate = float(theta[model.delta])
     out = {
         "estimate": estimate,
@@ -441,7 +441,7 @@ def trend_change(
     model = shared_model(arms, form, trend=True, held=held)
     start = np.append(theta, 0.0)
     opt = fit_shared(model, restarts, seed, start[None])
-    test = f_test(model, model.without_trend(), opt.theta, len(arms.table), seed)
+    test = _f_test(model, model.without_trend(), opt.theta, len(arms.table), seed)
     return {
         "form": form,
         "label": f"change of {EXTENSIONS[form].label}",

@@ -207,7 +207,7 @@ def base_law(fit: LawFit, table: RunTable, pairs: Pairs, resamples: int, seed: i
 # Fitting the effect models
 
 
-def fit_effect(terms, excess: np.ndarray, law: BaseLaw, theta: np.ndarray, looped: np.ndarray) -> dict:
+def _fit_effect(terms, excess: np.ndarray, law: BaseLaw, theta: np.ndarray, looped: np.ndarray) -> dict:
     """Gauss–Newton least squares of the model of ``terms`` on the pairs' excess under base-law θ →
     {"every", "offset", "delta_phi" (absent terms 0), "fitted" [n], "jacobian" [n, k] (columns in
     ``TERMS`` order)}."""
@@ -234,7 +234,7 @@ def fit_effect(terms, excess: np.ndarray, law: BaseLaw, theta: np.ndarray, loope
     return {**out, "fitted": effect() + np.zeros(n), "jacobian": jac}
 
 
-def contributions(m: dict, terms, law: BaseLaw, looped: np.ndarray) -> dict[str, np.ndarray]:
+def _contributions(m: dict, terms, law: BaseLaw, looped: np.ndarray) -> dict[str, np.ndarray]:
     """Each term's part of the model's fitted excess per pair (nats)."""
     parts = {"every": m["every"] * np.ones(len(looped)), "offset": m["offset"] * looped.astype(float)}
     if "delta_phi" in terms:
@@ -306,7 +306,7 @@ def analyse_pairs(
     terms = (("every",) if np.any(~looped) else ()) + ("offset", "delta_phi")
     available = tuple(t for t in terms if t != "delta_phi" or split["separable"])
     token_draws = law.token_part(law.draws)
-    fits = {m: fit_effect(m, excess, law, law.theta, looped) for m in [(), *submodels(terms)]}
+    fits = {m: _fit_effect(m, excess, law, law.theta, looped) for m in [(), *submodels(terms)]}
     full = fits[terms]
     noise = (
         noise_components(excess - full["fitted"], pairs.cluster, len(terms))
@@ -334,7 +334,7 @@ def analyse_pairs(
     cluster_excess = np.abs(np.bincount(pairs.cluster, weights=excess) / np.bincount(pairs.cluster)).max()
     for m, f in fits.items():
         _intervals(f, m, excess, change, law, pairs, known, rule, t_df, token_draws)
-        parts = contributions(f, m, law, looped)
+        parts = _contributions(f, m, law, looped)
         f["cancelling"] = len(m) >= 2 and all(
             np.abs(v).max() > CANCEL_RATIO * cluster_excess for v in parts.values()
         )
@@ -422,7 +422,7 @@ def analyse_pairs(
         if seed_noise is None
         else {"kind": "known", "sd": seed_noise["sd"], "cluster_sd": seed_noise["cluster_sd"], "df": t_df},
         "calibration": calibrate(sim, rule, coefs, simulations, np.random.default_rng(seed + 23)),
-        "predicted_shift": predicted_shifts(pairs, law, {model_name(m): f for m, f in fits.items()}),
+        "predicted_shift": _predicted_shifts(pairs, law, {model_name(m): f for m, f in fits.items()}),
         "simulations": simulations,
         "t_df": t_df,
         "ci_level": 1 - size,
@@ -449,7 +449,7 @@ def _intervals(
     )
     spread = np.array(
         [
-            [fit_effect(m, change - token_draws[j], law, law.draws[j], pairs.looped)[t] for t in m]
+            [_fit_effect(m, change - token_draws[j], law, law.draws[j], pairs.looped)[t] for t in m]
             for j in range(len(law.draws))
         ]
     )
@@ -462,7 +462,7 @@ def _intervals(
         f["ci"][t] = [f[t] - c * se, f[t] + c * se]
 
 
-def predicted_shifts(pairs: Pairs, law: BaseLaw, models: dict[str, dict]) -> list[dict]:
+def _predicted_shifts(pairs: Pairs, law: BaseLaw, models: dict[str, dict]) -> list[dict]:
     """Per (budget, r): N*(variant) / N*(base) of the iso-FLOP parabolas through what each effect model
     predicts at the pairs' runs (base law at the base's runs; base law + the model's excess at the
     variant's), where both vertices are bracketed: the optimum shift each model implies, to set beside the

@@ -39,25 +39,6 @@ def percent_text(share: float, digits: int = 2) -> str:
     return (text.rstrip("0").rstrip(".") if "." in text else text) + "%"
 
 
-def interval_text(interval, open_ends=(False, False), digits: int = 3) -> str:
-    """``[lo, hi]`` with an end that is None or open (at the box edge or the end of the grid) marked open."""
-    ends = []
-    for value, is_open in zip(interval, open_ends):
-        if value is None:
-            ends.append("open")
-        else:
-            ends.append(f"{value:.{digits}f}" + (" (open)" if is_open else ""))
-    return f"[{ends[0]}, {ends[1]}]"
-
-
-def end_ranges_text(ranges, digits: int = 2) -> str:
-    """The Monte Carlo ranges of a CI's two ends (``fit.bootstrap.end_ranges``) as "[a, b] / [c, d]", a side
-    beyond the resamples "open"; "–" when there are none (an older fit.json, or no bootstrap)."""
-    if not ranges or len(ranges) != 2:
-        return "–"
-    return " / ".join(interval_text(r, digits=digits) for r in ranges)
-
-
 def bptt_text(bptt_k: dict, rs=()) -> str:
     """Which FLOPs per token a frontier or equivalence used: full BPTT, or truncated BPTT with its k per r
     (``fit.analyses.bptt_by_r``; keys may be str from fit.json). ``rs``: every loop count of the table, to

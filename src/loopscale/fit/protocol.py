@@ -319,7 +319,7 @@ def run_protocol(
                 seed=seed,
                 advance=advance,
             )
-    worth = loops_worth(main, rs, sorted(set(table.budget.tolist())) if table.has_budget else [])
+    worth = _loops_worth(main, rs, sorted(set(table.budget.tolist())) if table.has_budget else [])
     frontier = frontier_per_r_law = None
     if not table.has_budget:
         notes.append("no compute-optimal frontier or cell minima: the table has no 'budget' column")
@@ -394,7 +394,7 @@ def run_protocol(
     )
 
 
-def loops_worth(fit: LawFit, rs: list[int], budgets: list[float]) -> list[dict]:
+def _loops_worth(fit: LawFit, rs: list[int], budgets: list[float]) -> list[dict]:
     """What r loops are worth (r^φ unique blocks) under ``fit``'s form, each row saying which form.
 
     phi-trend-c: one row per (r, budget), φ at that budget; phi-trend-n: φ at the table's centre size

@@ -9,8 +9,9 @@ from loopscale.fit.compare import deciding_end
 from loopscale.fit.effect_rule import REFERENCE_EFFECTS
 from loopscale.fit.priors import fixed_lines
 from loopscale.fit.results import read_law_check
-from loopscale.present.effect_text import delta_phi_story, effect_lines, effect_sentence, fmt_ci, p_text
+from loopscale.present.effect_text import delta_phi_story, effect_lines, effect_sentence, p_text
 from loopscale.present.law_check import law_headline
+from loopscale.present.numbers import interval
 
 
 def loss_change_text(lc: dict) -> str:
@@ -39,7 +40,7 @@ def mc_text(d: dict) -> str:
         if d["resamples"] > d["resamples_requested"]
         else ""
     )
-    return f"Monte Carlo range of the {side} end {fmt_ci(near)}{grown}"
+    return f"Monte Carlo range of the {side} end {interval(near, signed=True)}{grown}"
 
 
 def case_study_verdict(doc: dict) -> str:
@@ -77,14 +78,15 @@ def _delta_phi_sentence(doc: dict) -> str:
         way = "raises" if d["estimate"] > 0 else "lowers"
         grown = d.get("resamples", 0) > d.get("resamples_requested", 0)
         at = f", {d['resamples']} resamples: settled beyond Monte Carlo error" if grown else ""
-        size = f"{abs(d['estimate']):.2f} {fmt_ci(d['ci'])} ({p_text(d['p'])}{at})"
+        size = f"{abs(d['estimate']):.2f} {interval(d['ci'], signed=True)} ({p_text(d['p'])}{at})"
         return f"{name} {way} phi by {size}, {where}{form}"
     if not d.get("mc_settled", True):
         side, near = deciding_end(d["ci_mc"], d["estimate"])
+        ci = interval(d["ci"], signed=True)
         return (
-            f"delta phi not resolved for {name}, on the edge: {d['estimate']:+.3f} {fmt_ci(d['ci'])} "
+            f"delta phi not resolved for {name}, on the edge: {d['estimate']:+.3f} {ci} "
             f"({p_text(d['p'])}): the interval's {side} end lies within Monte Carlo error of 0 even at "
-            f"{d['resamples']} resamples (range {fmt_ci(near)}){form}"
+            f"{d['resamples']} resamples (range {interval(near, signed=True)}){form}"
         )
     p08 = doc["power"].get(f"{REFERENCE_EFFECTS[0]:+.2f}")
     power_text = (
@@ -92,10 +94,9 @@ def _delta_phi_sentence(doc: dict) -> str:
         if p08 is None
         else f"; this design's power for delta phi = {REFERENCE_EFFECTS[0]:+.2f} is {p08:.2f}"
     )
-    return (
-        f"delta phi not resolved for {name}: {d['estimate']:+.3f} {fmt_ci(d['ci'])} ({p_text(d['p'])})"
-        f"{form}{power_text}"
-    )
+    ci = interval(d["ci"], signed=True)
+    said = f"delta phi not resolved for {name}: {d['estimate']:+.3f} {ci} ({p_text(d['p'])})"
+    return f"{said}{form}{power_text}"
 
 
 def format_compare(doc: dict) -> str:
@@ -112,7 +113,8 @@ def format_compare(doc: dict) -> str:
     )
     lines += fixed_lines(doc["settings"]["fixed"], doc["settings"]["prior"])
     lines.append(
-        f"shared nuisance ({d['form']} form): delta phi = {d['estimate']:+.4f} {fmt_ci(d['ci'])}"
+        f"shared nuisance ({d['form']} form): delta phi = {d['estimate']:+.4f} "
+        + interval(d["ci"], signed=True)
         + ("" if d["se"] is None else f", SE {d['se']:.3f}, t({d['t_df']}) {p_text(d['p'])}; {mc_text(d)}")
         + f"; F-test F = {d['F_test']['F']:.2f}, {p_text(d['F_test']['p'])}; "
         f"phi (base) {d['phi']:.3f}"
@@ -124,12 +126,16 @@ def format_compare(doc: dict) -> str:
         )
     lines.append(
         f"separate fits (the paper's): phi {s['base_phi']:.3f} -> {s['variant_phi']:.3f}, delta "
-        f"{s['estimate']:+.4f} {fmt_ci(s['ci'])} (paper: 0.453 -> 0.380 truncated BPTT, 0.646 "
+        f"{s['estimate']:+.4f} {interval(s['ci'], signed=True)} (paper: 0.453 -> 0.380 truncated BPTT, 0.646 "
         "hyperconnections)"
     )
     lines.append("delta phi per budget (E, alpha, beta of the shared fit held):")
     for row in doc["per_budget"]:
-        est = "refused" if row["delta_phi"] is None else f"{row['delta_phi']:+.3f} {fmt_ci(row['ci'])}"
+        est = (
+            "refused"
+            if row["delta_phi"] is None
+            else f"{row['delta_phi']:+.3f} {interval(row['ci'], signed=True)}"
+        )
         why = f"; {row['reason']}" if row.get("reason") else ""
         lines.append(f"  C = {row['budget']:.3g}: {est}  ({row['n']} runs{why})")
     if doc["trend"] is not None:

@@ -7,9 +7,7 @@ import math
 
 import numpy as np
 
-
-def fmt_ci(ci) -> str:
-    return "no interval" if ci is None else f"[{ci[0]:+.3f}, {ci[1]:+.3f}]"
+from loopscale.present.numbers import interval
 
 
 def p_text(p) -> str:
@@ -21,7 +19,7 @@ def _p(test: dict) -> str:
 
 
 def _term(m: dict, t: str, unit: str = "") -> str:
-    return f"{m['estimate'][t]:+.3f}{unit} {fmt_ci(m['ci'][t])}"
+    return f"{m['estimate'][t]:+.3f}{unit} {interval(m['ci'][t], signed=True)}"
 
 
 def _tests_text(e: dict) -> str:
@@ -46,7 +44,7 @@ def _width_profile(e: dict, looped: bool) -> str:
 
 def _trend_text(e: dict) -> str:
     tr = e["trend"]
-    return f"{tr['slope']:+.3f} nats per decade of width {fmt_ci(tr['ci'])}"
+    return f"{tr['slope']:+.3f} nats per decade of width {interval(tr['ci'], signed=True)}"
 
 
 def _not_separable(e: dict) -> str:
@@ -73,7 +71,11 @@ def _every_model_profile(e: dict, profile: str, tested: str) -> str:
 
     def scope(name: str, looped: bool) -> str:
         tr = scopes.get(name)
-        slope = "" if tr is None else f" ({tr['slope']:+.3f} nats per decade of width {fmt_ci(tr['ci'])})"
+        slope = (
+            ""
+            if tr is None
+            else f" ({tr['slope']:+.3f} nats per decade of width {interval(tr['ci'], signed=True)})"
+        )
         return f"{name} {_width_profile(e, looped)}{slope}"
 
     loop_part = (
@@ -98,7 +100,7 @@ def effect_sentence(e: dict) -> str:
         + f" nats at r = {' / '.join(per_r)}"
     )
     phi = models["delta phi"]
-    dphi = f"{phi['delta_phi']:+.3f} {fmt_ci(phi['ci'].get('delta_phi'))}"
+    dphi = f"{phi['delta_phi']:+.3f} {interval(phi['ci'].get('delta_phi'), signed=True)}"
     varies = e["trend"] is not None and e["trend"]["varies"]
     shape = f"not one constant along width: looped {_width_profile(e, True)}" + (
         f", plain {_width_profile(e, False)}" if "every" in e["terms"] else ""
@@ -173,7 +175,9 @@ def effect_sentence(e: dict) -> str:
         m = models[e["chosen"]]
         way = "raises" if m["delta_phi"] > 0 else "lowers"
         alone = "" if "offset" in terms or "every" in terms else " (growing with r as a change of phi must)"
-        parts.append(f"{way} phi by {abs(m['delta_phi']):.3f} {fmt_ci(m['ci']['delta_phi'])}{alone}")
+        parts.append(
+            f"{way} phi by {abs(m['delta_phi']):.3f} {interval(m['ci']['delta_phi'], signed=True)}{alone}"
+        )
         if varies:
             parts.append(f"what is left is {shape}")
     offset_alone = "offset" in terms and "delta_phi" not in terms and separable
@@ -228,7 +232,7 @@ def shapes_text(e: dict) -> str:
     rows = e.get("shapes") or []
     allowed = [row["shape"] for row in rows if row["consistent"]]
     listed = "; ".join(
-        f"{row['shape']} {row['estimate']:+.3f} {fmt_ci(row['ci'])} "
+        f"{row['shape']} {row['estimate']:+.3f} {interval(row['ci'], signed=True)} "
         f"(lack of fit {p_text(row['lack_of_fit_p'])})"
         for row in rows
     )
@@ -305,7 +309,7 @@ def delta_phi_story(doc: dict) -> str | None:
     apart = any(a[1] < b[0] or b[1] < a[0] for a in cis for b in cis)
     if len(signs) == 1 and not apart:
         return None
-    listed = ", ".join(f"{k} {v:+.3f} {fmt_ci(ci)}" for k, (v, ci) in estimates.items())
+    listed = ", ".join(f"{k} {v:+.3f} {interval(ci, signed=True)}" for k, (v, ci) in estimates.items())
     phi_alone = e["separability"]["separable"] and "offset" not in e["chosen_terms"] and not e["cancelling"]
     if phi_alone and "every" not in e["chosen_terms"]:
         read = "read the pairs': they compare like with like, and their delta-phi-only model is not rejected"

@@ -97,6 +97,7 @@ def phi_per_budget_figure(doc, stem: Path) -> Path | None:
     fig.tight_layout()
     return save_figure(fig, stem)
 
+
 def axis_columns(rows: list[dict]) -> list[str]:
     """The downstream axis columns of the result rows (``axis_*``)."""
     return sorted({k for row in rows for k in row if k.startswith("axis_")})

@@ -4,12 +4,12 @@ the CIs, residuals per r, budget halves, frontier and the law check, from a ``fi
 from __future__ import annotations
 
 from loopscale.fit.fitter import LawFit
-from loopscale.fit.labels import bptt_text, end_ranges_text
+from loopscale.fit.labels import bptt_text
 from loopscale.fit.priors import fixed_lines
 from loopscale.fit.protocol import TOP_KEYS, Protocol
 from loopscale.fit.results import LawCheck
 from loopscale.present.law_check import law_headline, power_text
-from loopscale.present.numbers import interval
+from loopscale.present.numbers import end_ranges, interval
 
 
 def fit_document_text(doc: dict) -> str:
@@ -27,7 +27,10 @@ def protocol_text(protocol: Protocol) -> str:
         if per_budget:
             lines.append(
                 "phi per budget (E, alpha, beta of the pooled fit): "
-                + ", ".join(f"C={row.budget:.3g}: {row.phi:.3f}" + _ci_text(row.ci) for row in per_budget)
+                + ", ".join(
+                    f"C={row.budget:.3g}: {row.phi:.3f}" + (f" {interval(row.ci)}" if row.ci else "")
+                    for row in per_budget
+                )
             )
         lines.append(
             f"the pooled phi below is NOT a measurement; the form with the best leave-one-budget-out "
@@ -142,6 +145,7 @@ def protocol_text(protocol: Protocol) -> str:
     lines += [f"note: {n}" for n in protocol.notes]
     return "\n".join(lines)
 
+
 def phi_intervals_line(protocol: Protocol) -> str | None:
     """φ with its reported CI (random-effects bootstrap), the cell bootstrap's and the profile interval
     side by side (None for the plain law)."""
@@ -175,6 +179,7 @@ def phi_intervals_line(protocol: Protocol) -> str | None:
         parts.append("NOT IDENTIFIED")
     return "   ".join(parts)
 
+
 def fit_rows(protocol: Protocol) -> list[tuple[str, LawFit]]:
     rows = [(name, f) for name, f in protocol.forms.items()]
     if protocol.fit.form == "chinchilla":
@@ -182,10 +187,6 @@ def fit_rows(protocol: Protocol) -> list[tuple[str, LawFit]]:
     rows += [(f"r={k} chinchilla", f) for k, f in protocol.per_r.items()]
     rows += [(f"{k} half", f) for k, f in protocol.budget_halves.items()]
     return rows
-
-
-def _ci_text(ci) -> str:
-    return "" if not ci else " " + interval(ci)
 
 
 def law_check_lines(check: LawCheck) -> list[str]:
@@ -225,7 +226,7 @@ def law_check_lines(check: LawCheck) -> list[str]:
     paper = _num(check.paper_lobo_rmse)
     lines.append(f"  {'paper':<13}{'':>26}{'':>8}{'':>7}{'':>7}{'':>9}{'':>9}{paper:>11}")
     for ext in check.extensions:
-        extra = f"{ext.estimate:+.3f}{_ci_text(ext.ci)}"
+        extra = f"{ext.estimate:+.3f}" + (f" {interval(ext.ci)}" if ext.ci else "")
         lines.append(
             f"  {ext.form:<13}{extra:>26}{ext.phi0:8.3f}{ext.lr:7.1f}{_num(ext.F, '.1f'):>7}"
             f"{_num(ext.p, '.2g'):>9}"
@@ -235,7 +236,10 @@ def law_check_lines(check: LawCheck) -> list[str]:
     if halves:
         lines.append(
             "  phi per half of the budgets: "
-            + ", ".join(f"{h.half} {h.phi:.3f}{_ci_text(h.ci)}{_mc_text(h.ci_mc)}" for h in halves)
+            + ", ".join(
+                f"{h.half} {h.phi:.3f}" + (f" {interval(h.ci)}" if h.ci else "") + _mc_text(h.ci_mc)
+                for h in halves
+            )
         )
     shares = ", ".join(f"{k} {100 * v:.1f}%" for k, v in check.decomposition.items())
     lines.append(f"  residual sum of squares explained by group means: {shares}")
@@ -244,7 +248,7 @@ def law_check_lines(check: LawCheck) -> list[str]:
 
 def _mc_text(ranges) -> str:
     """The Monte Carlo ranges of a CI's ends (``fit.bootstrap.end_ranges``), when recorded."""
-    return f" (Monte Carlo range of the ends: {end_ranges_text(ranges)})" if ranges else ""
+    return f" (Monte Carlo range of the ends: {end_ranges(ranges)})" if ranges else ""
 
 
 def _num(x: float | None, spec: str = ".4f") -> str:

@@ -32,11 +32,12 @@ from pathlib import Path
 
 import numpy as np
 
-from loopscale.fit.labels import flops_label, interval_text
+from loopscale.fit.labels import flops_label
 from loopscale.fit.law import law_loss
 from loopscale.fit.protocol import Protocol
 from loopscale.fit.table import RunTable
 from loopscale.io import atomic_write
+from loopscale.present.numbers import interval
 from loopscale.present.plot_axes import linear_ticks, log_axis, panel_grid, robust_range
 from loopscale.progress import progress
 
@@ -292,9 +293,7 @@ def _loop_tax(protocol: Protocol, table: RunTable, rs, colors, minima, baselines
     handles = [Line2D([], [], color=colors[r], marker="o", lw=1.2, label=f"r = {r}") for r in rs]
     handles += _vertex_handles()
     if baselines:
-        handles.append(
-            Line2D([], [], ls=":", lw=1.2, color="0.35", label=_baseline_label(baselines))
-        )
+        handles.append(Line2D([], [], ls=":", lw=1.2, color="0.35", label=_baseline_label(baselines)))
     _figure_legend(fig, axes, handles)
     fig.suptitle("the loop tax: loss per r at equal training compute")
     return fig
@@ -365,14 +364,14 @@ def _phi_profile(protocol: Protocol):
         phi.max() if hi is None else hi,
         color="C2",
         alpha=0.18,
-        label=f"profile {pct} interval {interval_text(prof['interval'], prof['open'])}",
+        label=f"profile {pct} interval {interval(prof['interval'], open_ends=prof['open'])}",
     )
     ax.plot(phi, dev, "o-", ms=3, lw=1.2, color="k", label="profile deviance", zorder=3)
     ax.axhline(threshold, ls="--", lw=1.0, color="0.4", label=f"χ²₁ {pct} threshold {threshold:.2f}")
     if "phi" in protocol.ci:
         b_lo, b_hi = protocol.ci["phi"]
         name = method_name(getattr(protocol, "ci_method", None))
-        ax.axvline(b_lo, ls="--", color="C0", label=f"{name} {pct} CI {interval_text((b_lo, b_hi))}")
+        ax.axvline(b_lo, ls="--", color="C0", label=f"{name} {pct} CI {interval((b_lo, b_hi))}")
         ax.axvline(b_hi, ls="--", color="C0")
     ax.axvline(protocol.fit.phi, color="C3", label=f"φ̂ = {protocol.fit.phi:.3f}")
     if prof.get("phi_hat") is not None:  # the profile's own (least-squares) minimum, when it reports one
@@ -423,7 +422,7 @@ def _phi_bootstrap(protocol: Protocol):
         ax.axvline(v, color="C0", ls="--")
     if reported is not None:
         name = method_name(getattr(protocol, "ci_method", None))
-        ax.axvspan(*reported, color="C2", alpha=0.15, label=f"reported: {name} CI {interval_text(reported)}")
+        ax.axvspan(*reported, color="C2", alpha=0.15, label=f"reported: {name} CI {interval(reported)}")
     outside = int((~inside).sum())
     if outside:
         below, above = int((phis < x_lo).sum()), int((phis > x_hi).sum())
@@ -434,7 +433,7 @@ def _phi_bootstrap(protocol: Protocol):
         )  # fmt: skip
     linear_ticks(ax)
     level = f"{100 * protocol.bootstrap['level']:.0f}%"
-    ax.set_title(f"cell bootstrap φ: {level} CI {interval_text((lo, hi))}", fontsize=10)
+    ax.set_title(f"cell bootstrap φ: {level} CI {interval((lo, hi))}", fontsize=10)
     ax.set_xlabel("φ")
     ax.set_ylabel("resamples")
     ax.legend(loc="upper right", fontsize=8)

@@ -24,13 +24,10 @@ from loopscale.present.effect_text import (
     wild_text,
 )
 from loopscale.present.law_check import law_headline
+from loopscale.present.numbers import interval
 from loopscale.report.document import Bullets, Image, Section, Table
 from loopscale.report.figures import caption
 from loopscale.report.formatting import num
-
-
-def _ci(ci) -> str:
-    return "–" if ci is None else f"[{ci[0]:+.3f}, {ci[1]:+.3f}]"
 
 
 def case_study_section(doc: dict, arms_figure: Path) -> Section:
@@ -47,13 +44,14 @@ def case_study_section(doc: dict, arms_figure: Path) -> Section:
         + (
             "(no interval: no bootstrap)"
             if d["se"] is None
-            else f"{_ci(d['ci'])} (estimate ± t({d['t_df']})·SE, SE {d['se']:.3f} from a random-effects "
+            else interval(d["ci"], signed=True, missing="–")
+            + f" (estimate ± t({d['t_df']})·SE, SE {d['se']:.3f} from a random-effects "
             f"bootstrap of {d['resamples']} tables with error groups per arm; {p_text(d['p'])}; "
             f"{mc_text(d)})"
         )
         + f"; F-test of Δφ = 0 (iid errors): F = {d['F_test']['F']:.2f}, {p_text(d['F_test']['p'])}.",
         f"The paper's estimate (each arm fitted on its own): φ {s['base_phi']:.3f} → {s['variant_phi']:.3f}, "
-        f"Δφ = {s['estimate']:+.3f} {_ci(s['ci'])} (paired cell bootstrap)"
+        f"Δφ = {s['estimate']:+.3f} {interval(s['ci'], signed=True, missing='–')} (paired cell bootstrap)"
         + (
             ""
             if effect is None
@@ -91,7 +89,7 @@ def case_study_section(doc: dict, arms_figure: Path) -> Section:
                 [
                     flops_label(row["budget"]),
                     "–" if row["delta_phi"] is None else f"{row['delta_phi']:+.3f}",
-                    _ci(row["ci"]),
+                    interval(row["ci"], signed=True, missing="–"),
                     str(row["n"]),
                     row.get("reason") or "",
                 ]
@@ -158,7 +156,8 @@ def effect_blocks(e: dict) -> list:
         if key not in m["ci"]:
             return "–"
         return (
-            f"{m[key]:+.4f} {_ci(m['ci'][key])} (c {m['critical'][key]:.2f}, SE {m['se'][key]:.4f}: pairs "
+            f"{m[key]:+.4f} {interval(m['ci'][key], signed=True, missing='–')} (c {m['critical'][key]:.2f}, "
+            f"SE {m['se'][key]:.4f}: pairs "
             f"{m['se_pairs'][key]:.4f}, base law {m['se_base_law'][key]:.4f})"
         )
 
@@ -206,7 +205,8 @@ def effect_blocks(e: dict) -> list:
     shapes = Table(
         ["shape", "what it moves", "estimate", "96% interval", "lack of fit p", "describes the pairs"],
         [
-            [row["shape"], SHAPE_MEANING[row["shape"]], f"{row['estimate']:+.4f}", _ci(row["ci"]),
+            [row["shape"], SHAPE_MEANING[row["shape"]], f"{row['estimate']:+.4f}",
+             interval(row["ci"], signed=True, missing="–"),
              p_text(row["lack_of_fit_p"]), {True: "yes", False: "no", None: "–"}[row["consistent"]]]
             for row in e.get("shapes") or []
         ],

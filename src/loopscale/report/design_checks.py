@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from loopscale.fit.labels import flops_label, percent_text
 from loopscale.fit.results import LawCheck, law_check_in
+from loopscale.present.numbers import interval
 from loopscale.report.document import Bullets, Section, Table
-from loopscale.report.formatting import ci_text, finished_runs
+from loopscale.report.formatting import finished_runs
 
 # Targets of a sweep built to test the law (docs/sweeps.md, the factorial laptop design): a law that
 # describes the runs fits them, and predicts a left-out top budget, to within twice the seed noise.
@@ -58,7 +59,7 @@ def design_checks_section(doc, rows: list[dict], below_bigram: tuple[int, int, f
     noise_value = (
         f"{replicated} runs in {replicated - noise.df} replicated cells: σ = {sigma:.4f} nats on "
         f"{noise.df} df, "
-        f"95% CI {ci_text(noise.ci, 4)}"
+        f"95% CI {interval(noise.ci, 4, missing='[–]', open_missing=False)}"
         if sigma
         else "none (no replicate seeds)"
     )

@@ -9,7 +9,6 @@ marker reaches the page."""
 from __future__ import annotations
 
 import base64
-import re
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -103,7 +102,8 @@ def _anchors(titles: list[str]) -> list[str]:
     seen: set[str] = set()
     out = []
     for title in titles:
-        words = re.findall(r"\w+", title.split("(")[0].lower())
+        head = title.split("(")[0].lower()
+        words = "".join(c if c.isalnum() or c == "_" else " " for c in head).split()
         anchor = "-".join(words[:5]) or "section"
         while anchor in seen:
             anchor += "-2"
@@ -146,7 +146,17 @@ def inline_html(text) -> str:
     return Markup(_markdown_it().renderInline(str(text)))
 
 
-_SVG_PROLOGUE = re.compile(r"\A(?:\s*<\?xml[^>]*\?>|\s*<!DOCTYPE[^>]*>)*\s*", re.DOTALL)
+def _without_prologue(svg: str) -> str:
+    """An SVG file's text from its <svg> element on: the XML declaration and DOCTYPE before it removed
+    (HTML inlines the element itself)."""
+    while True:
+        svg = svg.lstrip()
+        for start, end in (("<?xml", "?>"), ("<!DOCTYPE", ">")):
+            if svg.startswith(start):
+                svg = svg[svg.index(end) + len(end) :]
+                break
+        else:
+            return svg
 
 
 def figure_html(image: Image) -> str:
@@ -155,7 +165,7 @@ def figure_html(image: Image) -> str:
 
     svg = image.path.with_suffix(".svg")
     if svg.is_file():
-        text = _SVG_PROLOGUE.sub("", svg.read_text())
+        text = _without_prologue(svg.read_text())
         return Markup(text.replace("<svg ", f'<svg role="img" aria-label="{escape(image.caption)}" ', 1))
     data = base64.b64encode(image.path.read_bytes()).decode("ascii")
     return Markup(f'<img alt="{escape(image.caption)}" src="data:image/png;base64,{data}">')

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-from loopscale.fit.labels import interval_text
 from loopscale.fit.results import law_check_in
+from loopscale.present.numbers import interval
 from loopscale.present.plots import method_name
 
 SYMBOL = {"alpha": "α", "beta": "β", "phi": "φ"}
@@ -22,13 +22,6 @@ def num(value, fmt="{:.0f}") -> str:
     if not math.isfinite(value):
         return "–"
     return fmt(value) if callable(fmt) else fmt.format(value)
-
-
-def ci_text(ci, digits: int = 3) -> str:
-    """An interval from fit.json, "[–]" when it is missing or has a missing end."""
-    if not ci or len(ci) != 2 or any(v is None for v in ci):
-        return "[–]"
-    return interval_text(ci, digits=digits)
 
 
 def finished_runs(rows: list[dict]) -> list[dict]:
@@ -58,7 +51,7 @@ def intervals_text(doc, digits: int = 3) -> str:
     if prof:
         parts.append(
             f"profile-likelihood {100 * prof['level']:.0f}% interval "
-            f"{interval_text(prof['interval'], prof['open'], digits=digits)}"
+            f"{interval(prof['interval'], digits, open_ends=prof['open'])}"
         )
     return ", ".join(parts)
 
@@ -73,8 +66,8 @@ def ci_method(doc) -> str | None:
 def main_interval_text(doc, digits: int = 3) -> str:
     """``ci.phi``: "95% CI [lo, hi] (random-effects bootstrap)", or "bootstrap 95% CI [lo, hi]" when it is
     the cell block bootstrap's."""
-    interval = interval_text(doc["ci"]["phi"], digits=digits)
+    written = interval(doc["ci"]["phi"], digits)
     method = ci_method(doc)
     if method is None:
-        return f"bootstrap {level(doc)} CI {interval}"
-    return f"{level(doc)} CI {interval} ({method_name(method)})"
+        return f"bootstrap {level(doc)} CI {written}"
+    return f"{level(doc)} CI {written} ({method_name(method)})"

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loopscale.fit.labels import end_ranges_text, flops_label, percent_text
+from loopscale.fit.labels import flops_label, percent_text
 from loopscale.fit.results import LawCheck, law_check_in
 from loopscale.present.law_check import law_reasons
+from loopscale.present.numbers import end_ranges, interval
 from loopscale.report.document import Bullets, Image, Section, Table
 from loopscale.report.figures import caption
-from loopscale.report.formatting import ci_text, num
+from loopscale.report.formatting import num
 
 _NOISE_SOURCE = {
     "replicates": "the replicate seeds' variance",
@@ -28,7 +29,7 @@ def _noise_text(check: LawCheck) -> str:
             "units and the lack-of-fit test is not run."
         )
     df = f" from {noise.df} degrees of freedom" if noise.df is not None else ""
-    ci = f", 95% CI {ci_text(noise.ci)}" if noise.ci else ""
+    ci = f", 95% CI {interval(noise.ci, missing='[–]', open_missing=False)}" if noise.ci else ""
     return f"Noise: σ = {noise.sigma:.4f} nats{df} ({_NOISE_SOURCE[noise.source]}{ci})."
 
 
@@ -108,7 +109,7 @@ def law_check_section(doc, figure: Path | None = None) -> Section:
                         e.form + (" (selected)" if e.form == selected else ""),
                         e.label,
                         num(e.estimate, "{:+.3f}"),
-                        ci_text(e.ci),
+                        interval(e.ci, missing="[–]", open_missing=False),
                         num(e.phi0, "{:.3f}"),
                         num(e.lr, "{:.1f}"),
                         num(e.F, "{:.1f}"),
@@ -128,8 +129,8 @@ def law_check_section(doc, figure: Path | None = None) -> Section:
                 f"C = {flops_label(row.budget)}",
                 num(row.n),
                 num(row.phi, "{:.3f}"),
-                ci_text(row.ci),
-                end_ranges_text(row.ci_mc),
+                interval(row.ci, missing="[–]", open_missing=False),
+                end_ranges(row.ci_mc),
             ]
             for row in per_budget
         ]
@@ -138,8 +139,8 @@ def law_check_section(doc, figure: Path | None = None) -> Section:
                 f"{h.half} half ({', '.join(flops_label(b) for b in h.budgets)})",
                 num(h.n),
                 num(h.phi, "{:.3f}"),
-                ci_text(h.ci),
-                end_ranges_text(h.ci_mc),
+                interval(h.ci, missing="[–]", open_missing=False),
+                end_ranges(h.ci_mc),
             ]
             for h in halves
         ]

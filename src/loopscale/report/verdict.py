@@ -7,8 +7,9 @@ from __future__ import annotations
 from loopscale.fit.labels import flops_label
 from loopscale.fit.results import LawCheck, law_check_in
 from loopscale.present.law_check import law_headline
+from loopscale.present.numbers import interval
 from loopscale.report.document import Bullets, Section, Table
-from loopscale.report.formatting import ci_text, intervals_text, main_interval_text, num, rejected
+from loopscale.report.formatting import intervals_text, main_interval_text, num, rejected
 
 #: The runs measure the law only when at least this share of the finished ones beats the bigram table.
 BELOW_BIGRAM_SHARE = 0.9
@@ -45,7 +46,8 @@ def per_budget_text(check: LawCheck) -> str:
     stay in the law-check section: whole-law refits on half the budgets have CI ends that a different
     resample seed moves across 0 (``fit.lawcheck.phi_halves``), which a lead must not rest on."""
     items = [
-        f"C = {flops_label(row.budget)}: {num(row.phi, '{:.2f}')} {ci_text(row.ci, 2)}"
+        f"C = {flops_label(row.budget)}: {num(row.phi, '{:.2f}')} "
+        + interval(row.ci, 2, missing="[–]", open_missing=False)
         for row in check.per_budget_phi
     ]
     return "per budget " + "; ".join(items) if items else "no per-budget φ"
@@ -189,15 +191,15 @@ def headline_table(doc, fitted: int, planned: int, below_bigram, delta_phi: dict
     lof_name = "F" if lof is not None and lof.test == "F" else "χ²"
     header = ["φ", "interval", "runs fitted", "below bigram", "seed noise σ", "lack of fit"]
     if phi is None:
-        phi_cell, interval = "–", "not computed"
+        phi_cell, interval_cell = "–", "not computed"
     elif doc["diagnostics"]["phi_identified"] is False:  # no number for a φ the runs do not pin down
-        phi_cell, interval = status, "none (φ not identified)"
+        phi_cell, interval_cell = status, "none (φ not identified)"
     else:
         phi_cell = f"{phi:.3f}" + (f" ({status})" if status else "")
-        interval = main_interval_text(doc) if doc["ci"].get("phi") else "not computed"
+        interval_cell = main_interval_text(doc) if doc["ci"].get("phi") else "not computed"
     row = [
         phi_cell,
-        interval,
+        interval_cell,
         f"{fitted} of {planned}",
         "not available" if below_bigram is None else f"{below_bigram[0]} of {below_bigram[1]}",
         "not known" if sigma is None else f"{sigma:.4f} nats",
@@ -215,24 +217,24 @@ def effect_cell(compare_doc: dict) -> str:
     """The case study's effect in one cell: the effect model the matched pairs choose, with its size and
     interval (``fit.effects``), else the shared-nuisance Δφ."""
 
-    def ci(values) -> str:
-        return "" if values is None else f" [{values[0]:+.3f}, {values[1]:+.3f}]"
+    def value(estimate: float, ci, unit: str = "") -> str:  # "+0.123 nats [lo, hi]", no interval: nothing
+        return f"{estimate:+.3f}{unit}" + ("" if ci is None else " " + interval(ci, signed=True))
 
     e = compare_doc.get("effects")
     if not e:
         d = compare_doc["delta_phi"]
-        return f"Δφ {d['estimate']:+.3f}{ci(d.get('ci'))} (shared fit)"
+        return f"Δφ {value(d['estimate'], d.get('ci'))} (shared fit)"
     models, chosen, terms = e["models"], e["chosen"], e["chosen_terms"]
     phi = models["delta phi"]
     varies = e["trend"] is not None and e["trend"]["varies"]
     if not terms:
         label = " (tokens only)" if chosen == "tokens only" else f" ({chosen})"
         shape = ", excess left varies with width" if varies else ""
-        return f"Δφ {phi['delta_phi']:+.3f}{ci(phi['ci']['delta_phi'])}{label}{shape}"
+        return f"Δφ {value(phi['delta_phi'], phi['ci']['delta_phi'])}{label}{shape}"
     m = models[chosen]
     names = {"every": "every model", "offset": "offset (looped)", "delta_phi": "Δφ"}
     units = {"every": " nats", "offset": " nats", "delta_phi": ""}
-    cell = " and ".join(f"{names[t]} {m[t]:+.3f}{units[t]}{ci(m['ci'][t])}" for t in terms)
+    cell = " and ".join(f"{names[t]} {value(m[t], m['ci'][t], units[t])}" for t in terms)
     if varies:
         cell += ", not one constant: varies with width"
     return cell + ("" if "delta_phi" in terms else ", not Δφ")
