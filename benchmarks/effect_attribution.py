@@ -13,7 +13,9 @@ re-trained under another name, with a known effect added to the base run's own l
 
 Each arm goes through ``fit.effects.analyse_pairs`` exactly as ``loopscale compare`` runs it. Printed per
 effect: the share of arms naming each model, wrong attribution (a term named that the truth lacks),
-**disagreement** (a named term whose printed interval holds 0; the goal: none), how often the verdict says
+**disagreement** (a named term whose printed interval holds 0; the goal: none), how often the truth's shape
+is named (a term of the chosen model, or a multiplier named beside a constant: ``also_consistent``), how
+often a wrong term is named with the truth nowhere in the verdict, how often the verdict says
 the effect is not one constant along width, and how often each shape of ``fit.effect_shapes`` describes the
 pairs (lack of fit p ≥ 0.01).
 
@@ -37,6 +39,8 @@ from loopscale.fit.table import RunTable
 from loopscale.io import atomic_write_json
 
 ROOT = Path(__file__).resolve().parents[1]
+#: Each effect's shape as a verdict names it: a term of the rule, or a multiplier named beside a constant
+TRUE_SHAPES = {"offset": "offset", "delta_phi": "delta_phi", "every": "every", "d_multiplier": "D multiplier"}
 EFFECTS = {
     "none": {},
     "offset": {"offset": -0.06},
@@ -82,13 +86,17 @@ def main() -> None:
     parser.add_argument("--resamples", type=int, default=200)
     parser.add_argument("--simulations", type=int, default=2000)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--effects", nargs="*", choices=list(EFFECTS), help="only these (default: all)")
     args = parser.parse_args()
     base = load_table(ROOT / "results" / "laptop-factorial" / "results.csv")
     fit = with_base_fit(base, "e-per-r", 100, 0)
     out: dict = {"settings": vars(args) | {"out": str(args.out)}, "effects": {}}
     start = time.perf_counter()
     for label, effect in EFFECTS.items():
-        chosen, wrong, disagree, varies, shapes = [], 0, 0, 0, {}
+        if args.effects and label not in args.effects:
+            continue
+        chosen, wrong, wrong_alone, named, disagree, varies, shapes = [], 0, 0, 0, 0, 0, {}
+        truth = {TRUE_SHAPES[k] for k in effect if k in TRUE_SHAPES}
         for seed in range(args.arms):
             variant = variant_arm(base, fit, effect, args.iid, args.group, seed)
             doc = analyse_pairs(
@@ -96,7 +104,10 @@ def main() -> None:
             )
             chosen.append(doc["chosen"])
             terms = doc["chosen_terms"]
+            said = set(terms) | set(doc["also_consistent"])  # what the verdict names, alone or beside
             wrong += any(t not in effect for t in terms)
+            wrong_alone += any(t not in effect for t in terms) and not truth & said
+            named += bool(truth) and truth <= said
             varies += bool(doc["trend"] and doc["trend"]["varies"])
             for row in doc["shapes"]:
                 shapes[row["shape"]] = shapes.get(row["shape"], 0) + bool(row["consistent"])
@@ -104,10 +115,13 @@ def main() -> None:
             disagree += any(model["ci"][t][0] <= 0 <= model["ci"][t][1] for t in terms)
         shares = {m: chosen.count(m) / len(chosen) for m in sorted(set(chosen))}
         out["effects"][label] = {"chosen": shares, "wrong_attribution": wrong / args.arms,
+                                 "wrong_and_truth_unnamed": wrong_alone / args.arms,
+                                 "truth_named": named / args.arms if truth else None,
                                  "disagreement": disagree / args.arms, "not_constant": varies / args.arms,
                                  "shape_allowed": {k: v / args.arms for k, v in shapes.items()}}  # fmt: skip
         print(
-            f"{label:16s} chosen {shares}  wrong attribution {wrong}/{args.arms}  named with an interval "
+            f"{label:16s} chosen {shares}  wrong attribution {wrong}/{args.arms} (the truth not named beside "
+            f"it {wrong_alone}/{args.arms})  truth named {named}/{args.arms}  named with an interval "
             f"holding 0 {disagree}/{args.arms}  not one constant {varies}/{args.arms}  shapes allowed "
             f"{shapes}  ({time.perf_counter() - start:.0f} s)",
             flush=True,

@@ -307,3 +307,30 @@ def test_an_effect_growing_with_width_is_not_called_a_constant():
     assert shapes["width slope"]["consistent"] and not shapes["offset"]["consistent"]
     assert shapes["width slope"]["ci"][0] < -0.14 < shapes["width slope"]["ci"][1]
     assert doc["trend"]["varies"] and "not one constant" in effect_sentence(doc)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_data_multiplier_is_named_beside_the_constant_it_looks_like(seed):
+    """Issue 41: a recipe that buys 1.5x the data moves each looped run by L̂(1.5·D) − L̂(D), nearly a constant
+    over the base's range of D; the rule's terms hold no multiplier, so it names an offset (at times with a
+    Δφ). The verdict names the data multiplier beside it, m's interval holding 1.5, not the offset alone."""
+    from loopscale.fit.fitter import design_for
+    from loopscale.fit.law import log_prediction
+
+    rng = np.random.default_rng(seed)
+    base = load_table(RESULTS / "laptop-factorial" / "results.csv")
+    looped = base.subset(base.r > 1)
+    fit = with_base_fit(base, "e-per-r", 60, 0)
+    design = design_for(looped, False, fit.extension, fit.ext_ref)
+    more = dataclasses.replace(design, log_tokens=design.log_tokens + math.log(1.5))
+    predict = lambda d: np.exp(log_prediction(fit.theta[None], d))[0]  # noqa: E731
+    gain = predict(more) - predict(design)
+    loss = looped.loss + gain + rng.normal(0, 0.01, len(looped))
+    variant = dataclasses.replace(looped, run=np.array([f"v-{r}" for r in looped.run]), loss=loss)
+    doc = analyse_pairs(base, variant, fit, base_resamples=30, simulations=600, seed=seed)
+    assert doc["chosen_terms"]  # an offset (at times with a Δφ): the rule's terms hold no multiplier
+    assert "D multiplier" in doc["also_consistent"]
+    row = next(row for row in doc["shapes"] if row["shape"] == "D multiplier")
+    m, lo, hi = row["multiplier"]  # the slope inverted exactly: (m^-beta - 1) B D^-beta, not ln m
+    assert lo < 1.5 < hi and m == pytest.approx(1.5, abs=0.1)
+    assert "or, as well on this design, a data multiplier D x 1." in effect_sentence(doc)

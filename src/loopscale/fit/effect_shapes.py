@@ -134,3 +134,37 @@ def shape_table(
         rows.append({"shape": name, "estimate": float(beta[-1]), "se": se, "ci": ci, "lack_of_fit_p": p,
                      "consistent": consistent})  # fmt: skip
     return rows
+
+
+def add_multipliers(shapes: list[dict], alpha: float, beta: float) -> None:
+    """Adds "multiplier" [m, lo, hi] to the N and D multiplier rows of ``shapes``: the slope along
+    ∂L̂/∂ln m (the row's estimate and interval ends) inverted exactly, with the base law's α and β."""
+    exponents = {"N multiplier": alpha, "D multiplier": beta}
+    for row in shapes:
+        if row["shape"] in exponents:
+            k = exponents[row["shape"]]
+            row["multiplier"] = [_multiplier(v, k) for v in (row["estimate"], *row["ci"])]
+
+
+def _multiplier(slope: float, exponent: float) -> float | None:
+    """m with (m^−k − 1)·X = −k·slope·X, X = A·N^−α (k = α) or B·D^−β (k = β): the multiplier whose exact
+    effect equals a fitted slope along ∂L̂/∂ln m (None where no positive m gives it)."""
+    base = 1.0 - exponent * slope
+    return base ** (-1.0 / exponent) if base > 0 and exponent > 0 else None
+
+
+def also_consistent(chosen_terms, shapes: list[dict]) -> list[str]:
+    """The multipliers (N or D: a compute, parameter or data gain) that describe the pairs as well as the
+    model the rule named: where it named any term, each multiplier shape whose lack of fit passes (p ≥
+    ``SHAPE_LEVEL``) and whose interval excludes 0. The rule's terms hold no multiplier; a recipe that buys
+    tokens moves the loss by B·D^−β·(m^−β − 1), nearly a constant over a design's narrow range of D, so
+    the rule names an offset (with a Δφ at times) for it: the verdict names the multiplier beside it."""
+    if not chosen_terms:
+        return []
+    return [
+        row["shape"]
+        for row in shapes
+        if row["shape"] in ("N multiplier", "D multiplier")
+        and row["consistent"]
+        and not row["ci"][0] <= 0.0 <= row["ci"][1]
+    ]

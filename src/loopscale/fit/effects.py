@@ -58,7 +58,13 @@ from loopscale.fit.effect_rule import (
     term_p,
     wild_cluster_p,
 )
-from loopscale.fit.effect_shapes import scope_trends, shape_table, width_trend
+from loopscale.fit.effect_shapes import (
+    add_multipliers,
+    also_consistent,
+    scope_trends,
+    shape_table,
+    width_trend,
+)
 from loopscale.fit.fitter import LawFit, design_for
 from loopscale.fit.law import PARAMS, PHI, log_prediction
 from loopscale.fit.table import RunTable
@@ -368,6 +374,24 @@ def analyse_pairs(
             "p": term_p(stat, rule.null[t]),
         }
     names = {model_name(m): m for m in fits}
+    shapes = shape_table(
+        pairs,
+        excess,
+        change - token_draws,
+        {
+            "offset": np.broadcast_to(looped.astype(float), token_draws.shape),
+            "delta phi": law.phi_slope(law.draws),
+            "N multiplier": law.log_slope(law.draws, "n"),
+            "D multiplier": law.log_slope(law.draws, "d"),
+        },
+        {
+            "offset": looped.astype(float),
+            "delta phi": slope_fit,
+            "N multiplier": law.log_slope(law.theta, "n")[0],
+            "D multiplier": law.log_slope(law.theta, "d")[0],
+        },
+    )
+    add_multipliers(shapes, alpha=float(np.ravel(law.theta)[3]), beta=float(np.ravel(law.theta)[4]))
     wild = None
     if seed_noise is None:  # a second opinion on the rule's tests of the full model's terms (CR1 only)
         x = sim.columns(available, slope_fit)
@@ -395,23 +419,8 @@ def analyse_pairs(
         "cancelling": cancelling,
         "trend": width_trend(pairs, resid, token_fit, token_draws),
         "scope_trends": scope_trends(pairs, excess, token_fit, token_draws),
-        "shapes": shape_table(
-            pairs,
-            excess,
-            change - token_draws,
-            {
-                "offset": np.broadcast_to(looped.astype(float), token_draws.shape),
-                "delta phi": law.phi_slope(law.draws),
-                "N multiplier": law.log_slope(law.draws, "n"),
-                "D multiplier": law.log_slope(law.draws, "d"),
-            },
-            {
-                "offset": looped.astype(float),
-                "delta phi": slope_fit,
-                "N multiplier": law.log_slope(law.theta, "n")[0],
-                "D multiplier": law.log_slope(law.theta, "d")[0],
-            },
-        ),  # fmt: skip
+        "shapes": shapes,
+        "also_consistent": also_consistent(chosen_terms, shapes),
         "heterogeneity": {
             "cluster_sd": math.sqrt(left["cluster"]),
             "iid_sd": math.sqrt(left["iid"]),

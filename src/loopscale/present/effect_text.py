@@ -180,9 +180,27 @@ def effect_sentence(e: dict) -> str:
         )
         if varies:
             parts.append(f"what is left is {shape}")
+    parts += [_also_consistent(e, name) for name in e.get("also_consistent") or []]
     offset_alone = "offset" in terms and "delta_phi" not in terms and separable
     rejected = f"; the delta-phi-only model ({dphi}) is rejected" if offset_alone else ""
     return "; ".join(parts) + f" ({profile}){rejected} {tested}{anchors}"
+
+
+_MULTIPLIED = {
+    "N multiplier": "a parameter (compute) multiplier N x",
+    "D multiplier": "a data multiplier D x",
+}
+
+
+def _also_consistent(e: dict, name: str) -> str:
+    """'or, as well on this design, a data multiplier D x 1.47 [1.21, 1.79] (lack of fit p = 0.3)': a
+    multiplier the pairs allow beside the model named."""
+    row = next(row for row in e["shapes"] if row["shape"] == name)
+    m, lo, hi = row["multiplier"]
+    return (
+        f"or, as well on this design, {_MULTIPLIED[name]} {m:.2f} {interval((lo, hi), 2)} "
+        f"(lack of fit {p_text(row['lack_of_fit_p'])}): the pairs do not tell it from the model named"
+    )
 
 
 def design_text(e: dict) -> str:
