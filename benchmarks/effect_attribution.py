@@ -102,17 +102,17 @@ def main() -> None:
             doc = analyse_pairs(
                 base, variant, fit, base_resamples=args.resamples, simulations=args.simulations, seed=seed
             )
-            chosen.append(doc["chosen"])
-            terms = doc["chosen_terms"]
-            said = set(terms) | set(doc["also_consistent"])  # what the verdict names, alone or beside
+            chosen.append(doc.chosen)
+            terms = doc.chosen_terms
+            said = set(terms) | set(doc.also_consistent)  # what the verdict names, alone or beside
             wrong += any(t not in effect for t in terms)
             wrong_alone += any(t not in effect for t in terms) and not truth & said
             named += bool(truth) and truth <= said
-            varies += bool(doc["trend"] and doc["trend"]["varies"])
-            for row in doc["shapes"]:
-                shapes[row["shape"]] = shapes.get(row["shape"], 0) + bool(row["consistent"])
-            model = doc["models"].get(doc["chosen"], {})
-            disagree += any(model["ci"][t][0] <= 0 <= model["ci"][t][1] for t in terms)
+            varies += bool(doc.trend and doc.trend.varies)
+            for row in doc.shapes:
+                shapes[row.shape] = shapes.get(row.shape, 0) + bool(row.consistent)
+            model = doc.chosen_model
+            disagree += any(model.ci[t][0] <= 0 <= model.ci[t][1] for t in terms)
         shares = {m: chosen.count(m) / len(chosen) for m in sorted(set(chosen))}
         out["effects"][label] = {"chosen": shares, "wrong_attribution": wrong / args.arms,
                                  "wrong_and_truth_unnamed": wrong_alone / args.arms,

@@ -159,6 +159,7 @@ def test_fit_computes_from_tables_and_imports_no_layer_above_or_beside_it():
 # the files a sweep publishes; never a fit, a collect, a training or data step, or the analysis driver.
 REPORT_MAY_IMPORT = (
     "loopscale.fit.results",
+    "loopscale.fit.effect_results",
     "loopscale.fit.labels",
     "loopscale.fit.law",
     "loopscale.fit.analyses",

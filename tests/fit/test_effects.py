@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from loopscale.errors import UserError
 from loopscale.fit.compare import make_arms
+from loopscale.fit.effect_results import PairedEffects
 from loopscale.fit.effect_rule import (
     cluster_robust,
     known_covariance,
@@ -48,46 +49,46 @@ def _arms(delta_phi=0.0, offset=0.0, tokens_factor=1.0, noise=0.004, seed=0) -> 
     return base, variant
 
 
-def _analyse(base: RunTable, variant: RunTable, resamples: int = 20) -> dict:
+def _analyse(base: RunTable, variant: RunTable, resamples: int = 20) -> PairedEffects:
     fit = fit_law(base, restarts=60, seed=0)
     return analyse_pairs(base, variant, fit, base_resamples=resamples, simulations=1000, seed=1)
 
 
 def test_a_change_of_phi_is_named_and_measured():
     doc = _analyse(*_arms(delta_phi=0.15))
-    assert doc["chosen"] == "delta phi"
-    lo, hi = doc["models"]["delta phi"]["ci"]["delta_phi"]
+    assert doc.chosen == "delta phi"
+    lo, hi = doc.models["delta phi"].ci["delta_phi"]
     assert lo < 0.15 < hi and hi - lo < 0.2
-    assert doc["tests"]["offset"]["p"] > 0.04  # the Δφ-only model is not rejected
+    assert doc.tests["offset"].p > 0.04  # the Δφ-only model is not rejected
 
 
 def test_a_constant_offset_is_not_called_phi():
     doc = _analyse(*_arms(offset=-0.06))
-    assert doc["chosen"] == "offset"
-    lo, hi = doc["models"]["offset"]["ci"]["offset"]
+    assert doc.chosen == "offset"
+    lo, hi = doc.models["offset"].ci["offset"]
     assert lo < -0.06 < hi
     # the shared-style reading: a Δφ-only model of an offset gives a positive Δφ, and the rule rejects it
-    assert doc["models"]["delta phi"]["delta_phi"] > 0 and doc["tests"]["offset"]["p"] < 0.04
+    assert doc.models["delta phi"].delta_phi > 0 and doc.tests["offset"].p < 0.04
 
 
 def test_a_token_gain_is_tokens_only_and_delta_phi_covers_zero():
     doc = _analyse(*_arms(tokens_factor=1.32))
-    assert doc["chosen"] == "tokens only"
-    assert all(v["token_part"] < -0.005 for v in doc["per_r"].values())  # the law predicts the gain
-    lo, hi = doc["models"]["delta phi"]["ci"]["delta_phi"]
+    assert doc.chosen == "tokens only"
+    assert all(v.token_part < -0.005 for v in doc.per_r.values())  # the law predicts the gain
+    lo, hi = doc.models["delta phi"].ci["delta_phi"]
     assert lo < 0 < hi
 
 
 def test_calibration_reports_wrong_attribution_power_disagreement_and_coverage():
     doc = _analyse(*_arms(offset=-0.05))
-    cal = doc["calibration"]
+    cal = doc.calibration
     assert set(cal) >= {"tokens only", "delta phi", "offset", "offset + delta phi", "delta phi = +0.19"}
     for row in cal.values():
-        assert abs(sum(row["chosen"].values()) - 1.0) < 1e-9
-        assert 0.0 <= row["wrong_attribution"] <= 0.1  # 4% per test; the union is bounded near 5%
-        assert row["disagreement"] == 0.0  # a term is named only where its printed interval excludes 0
-        assert all(0.9 <= v <= 1.0 for v in row["coverage"].values())
-    assert cal["tokens only"]["power"] > 0.85
+        assert abs(sum(row.chosen.values()) - 1.0) < 1e-9
+        assert 0.0 <= row.wrong_attribution <= 0.1  # 4% per test; the union is bounded near 5%
+        assert row.disagreement == 0.0  # a term is named only where its printed interval excludes 0
+        assert all(0.9 <= v <= 1.0 for v in row.coverage.values())
+    assert cal["tokens only"].power > 0.85
 
 
 def test_match_pairs_pairs_by_budget_width_r_seed_and_refuses_ambiguity():
@@ -159,16 +160,16 @@ def test_published_arms(arm, chosen):
     )
     fit = with_base_fit(arms.base_table, "e-per-r", 100, 0)
     doc = analyse_pairs(arms.base_table, arms.variant_runs, fit, base_resamples=50, simulations=1000)
-    assert doc["n_pairs"] == 51 and doc["chosen"] == chosen and doc["anchors"] == "shared"
-    lo, hi = doc["models"]["delta phi"]["ci"]["delta_phi"]
+    assert doc.n_pairs == 51 and doc.chosen == chosen and doc.anchors == "shared"
+    lo, hi = doc.models["delta phi"].ci["delta_phi"]
     sentence = effect_sentence(doc)
     assert "r = 1 models taken as unchanged" in sentence
     if chosen == "tokens only":
         assert lo < 0 < hi and hi - lo < 0.1  # the shared-nuisance interval is 0.20 wide
-        assert all(1.3 < v["token_ratio"] < 1.34 for v in doc["per_r"].values())
+        assert all(1.3 < v.token_ratio < 1.34 for v in doc.per_r.values())
     else:
-        assert doc["tests"]["offset"]["p"] < 0.04 and doc["tests"]["delta_phi"]["p"] > 0.05
-        assert doc["trend"]["varies"] and doc["trend"]["ci"][1] < 0  # larger models gain more
+        assert doc.tests["offset"].p < 0.04 and doc.tests["delta_phi"].p > 0.05
+        assert doc.trend.varies and doc.trend.ci[1] < 0  # larger models gain more
         assert "not one constant" in sentence and "a constant" not in sentence
 
 
@@ -187,9 +188,9 @@ def test_a_few_pairs_with_known_noise_measure_the_offset():
     doc = analyse_pairs(
         base, variant.subset(keep), fit, base_resamples=20, simulations=1000, seed_noise=noise
     )
-    assert doc["n_pairs"] == 4 and doc["t_df"] == 12 and doc["errors"]["kind"] == "known"
-    lo, hi = doc["models"]["offset"]["ci"]["offset"]
-    assert lo < -0.06 < hi and doc["chosen"] == "offset"
+    assert doc.n_pairs == 4 and doc.t_df == 12 and doc.errors.kind == "known"
+    lo, hi = doc.models["offset"].ci["offset"]
+    assert lo < -0.06 < hi and doc.chosen == "offset"
 
 
 def test_known_covariance_has_the_cluster_blocks():
@@ -202,9 +203,9 @@ def _concat(*tables: RunTable) -> RunTable:
     return RunTable(**{k: np.concatenate([getattr(t, k) for t in tables]) for k in fields}, skipped=[])
 
 
-def _named_terms_exclude_zero(doc: dict) -> bool:
-    m = doc["models"][doc["chosen"]] if doc["chosen_terms"] else None
-    return all(not (m["ci"][t][0] <= 0 <= m["ci"][t][1]) for t in doc["chosen_terms"]) if m else True
+def _named_terms_exclude_zero(doc: PairedEffects) -> bool:
+    m = doc.chosen_model
+    return all(not (m.ci[t][0] <= 0 <= m.ci[t][1]) for t in doc.chosen_terms) if m else True
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
@@ -223,9 +224,9 @@ def test_an_offset_arm_never_names_an_effect_whose_interval_holds_zero(seed):
     fit = with_base_fit(base, "e-per-r", 60, 0)
     doc = analyse_pairs(base, variant, fit, base_resamples=30, simulations=600, seed=seed)
     assert _named_terms_exclude_zero(doc)
-    assert "offset" in doc["chosen_terms"]  # a Δφ beside it: a wrong attribution (≤ 5% of arms, calibrated)
-    for name, m in doc["models"].items():  # every printed interval holds its own estimate, none has width 0
-        assert all(lo < m[t] < hi for t, (lo, hi) in m["ci"].items()), name
+    assert "offset" in doc.chosen_terms  # a Δφ beside it: a wrong attribution (≤ 5% of arms, calibrated)
+    for name, m in doc.models.items():  # every printed interval holds its own estimate, none has width 0
+        assert all(lo < m.value(t) < hi for t, (lo, hi) in m.ci.items()), name
 
 
 def _ladder(seed: int = 0) -> tuple[RunTable, RunTable]:
@@ -252,11 +253,11 @@ def test_a_recipe_that_changes_every_model_is_said_to_and_names_no_constant_nor_
     assert arms.own_plain == int((variant.r == 1).sum())  # the variant's own r = 1 runs pair, not clash
     doc = analyse_pairs(arms.base_table, arms.variant_runs, fit_law(base, restarts=60, seed=0),
                         base_resamples=20, simulations=600)  # fmt: skip
-    assert doc["anchors"] == "paired" and doc["plain_pairs"] == int((variant.r == 1).sum())
-    assert not doc["separability"]["separable"] and doc["separability"]["reason"] == "one looped r"
-    assert "delta_phi" not in doc["chosen_terms"] and "offset" not in doc["chosen_terms"]
-    plain = doc["scope_trends"]["plain"]
-    assert plain["varies"] and plain["ci"][0] > 0 and doc["scope_trends"]["difference"]["ci"][0] > 0
+    assert doc.anchors == "paired" and doc.plain_pairs == int((variant.r == 1).sum())
+    assert not doc.separability.separable and doc.separability.reason == "one looped r"
+    assert set(doc.chosen_terms) <= {"every"}  # neither a loop-specific constant nor a Δφ
+    plain = doc.scope_trends.plain
+    assert plain.varies and plain.ci[0] > 0 and doc.scope_trends.difference.ci[0] > 0
     sentence = effect_sentence(doc)
     assert "changes every model" in sentence and "plain ones most" in sentence
     assert "not one constant" in sentence and "phi by" not in sentence and "a constant" not in sentence
@@ -282,8 +283,8 @@ def test_the_wild_cluster_bootstrap_rejects_a_clear_effect_and_keeps_its_size_un
     assert np.mean(np.array(nulls) < 0.05) <= 0.08
 
 
-def _shapes(doc: dict) -> dict:
-    return {row["shape"]: row for row in doc["shapes"]}
+def _shapes(doc: PairedEffects) -> dict:
+    return {row.shape: row for row in doc.shapes}
 
 
 def test_a_data_multiplier_is_a_shape_the_pairs_allow_and_is_measured():
@@ -294,8 +295,8 @@ def test_a_data_multiplier_is_a_shape_the_pairs_allow_and_is_measured():
     doc = _analyse(base, dataclasses.replace(variant, loss=loss))
     d = _shapes(doc)["D multiplier"]
     # linear in ln m: 1.5^-β − 1 is 6% smaller than −β·ln 1.5 at β = 0.28, and the estimate reads it so
-    assert d["consistent"] and d["ci"][0] < 0.944 * math.log(1.5) < d["ci"][1]
-    assert not _shapes(doc)["offset"]["consistent"]  # it shrinks with D: not flat
+    assert d.consistent and d.ci[0] < 0.944 * math.log(1.5) < d.ci[1]
+    assert not _shapes(doc)["offset"].consistent  # it shrinks with D: not flat
 
 
 def test_an_effect_growing_with_width_is_not_called_a_constant():
@@ -304,9 +305,9 @@ def test_an_effect_growing_with_width_is_not_called_a_constant():
     centred = np.log10(variant.width) - np.log10(variant.width).mean()
     doc = _analyse(base, dataclasses.replace(variant, loss=variant.loss - 0.06 - 0.14 * centred))
     shapes = _shapes(doc)
-    assert shapes["width slope"]["consistent"] and not shapes["offset"]["consistent"]
-    assert shapes["width slope"]["ci"][0] < -0.14 < shapes["width slope"]["ci"][1]
-    assert doc["trend"]["varies"] and "not one constant" in effect_sentence(doc)
+    assert shapes["width slope"].consistent and not shapes["offset"].consistent
+    assert shapes["width slope"].ci[0] < -0.14 < shapes["width slope"].ci[1]
+    assert doc.trend.varies and "not one constant" in effect_sentence(doc)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -328,9 +329,8 @@ def test_a_data_multiplier_is_named_beside_the_constant_it_looks_like(seed):
     loss = looped.loss + gain + rng.normal(0, 0.01, len(looped))
     variant = dataclasses.replace(looped, run=np.array([f"v-{r}" for r in looped.run]), loss=loss)
     doc = analyse_pairs(base, variant, fit, base_resamples=30, simulations=600, seed=seed)
-    assert doc["chosen_terms"]  # an offset (at times with a Δφ): the rule's terms hold no multiplier
-    assert "D multiplier" in doc["also_consistent"]
-    row = next(row for row in doc["shapes"] if row["shape"] == "D multiplier")
-    m, lo, hi = row["multiplier"]  # the slope inverted exactly: (m^-beta - 1) B D^-beta, not ln m
+    assert doc.chosen_terms  # an offset (at times with a Δφ): the rule's terms hold no multiplier
+    assert doc.also_consistent == ("D multiplier",)
+    m, lo, hi = doc.shape("D multiplier").multiplier  # the slope inverted exactly, not read as ln m
     assert lo < 1.5 < hi and m == pytest.approx(1.5, abs=0.1)
     assert "or, as well on this design, a data multiplier D x 1." in effect_sentence(doc)

@@ -119,9 +119,9 @@ def _look(settings: PriceSettings, plan: dict, variant, k: int) -> dict:
         seed_noise=noise,
         size=size,
     )
-    phi = effects["models"]["delta phi"]["ci"].get("delta_phi")
+    phi = effects.models["delta phi"].ci.get("delta_phi")
     half_width = None if phi is None else (phi[1] - phi[0]) / 2
-    decided = bool(effects["chosen_terms"])
+    decided = bool(effects.chosen_terms)
     precise = settings.target is not None and half_width is not None and half_width <= settings.target
     last = k == len(pairs["counts"]) - 1
     stop = "decided" if decided else "precise" if precise else "last look" if last else None
@@ -131,8 +131,8 @@ def _look(settings: PriceSettings, plan: dict, variant, k: int) -> dict:
         "size": size,
         "spent": spent(n / pairs["most"], settings.alpha),
         "hours_planned": pairs["hours"][n - 1],
-        "chosen": effects["chosen"],
-        "chosen_terms": effects["chosen_terms"],
+        "chosen": effects.chosen,
+        "chosen_terms": list(effects.chosen_terms),
         "delta_phi_half_width": half_width,
         "cluster_sd": pooled,
         "stop": stop,
@@ -197,10 +197,10 @@ def price(settings: PriceSettings, echo=print) -> dict:
             )
         look, effects = _look(settings, plan, load_table(rows), k)
         doc["looks"].append(look)
-        doc["effects"] = effects
+        doc["effects"] = effects.to_dict()
         atomic_write_json(settings.out / PRICE_FILE, doc)
         echo(
-            f"  look {k + 1}: {n} pairs at size {look['size']:.4f}: {effects['chosen']}"
+            f"  look {k + 1}: {n} pairs at size {look['size']:.4f}: {effects.chosen}"
             + (f" -> stop ({look['stop']})" if look["stop"] else "")
         )
         if look["stop"]:

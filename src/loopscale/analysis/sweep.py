@@ -28,12 +28,13 @@ from loopscale.errors import UserError
 from loopscale.fit import load_table, run_protocol
 from loopscale.fit.case_study import compare_arms, to_json
 from loopscale.fit.compare import make_arms
+from loopscale.fit.effect_results import PairedEffects
 from loopscale.fit.table import SkippedRunsWarning
 from loopscale.io import atomic_write_json
 from loopscale.present.case_study_figures import (
+    EffectsDisplay,
+    ExcessByWidthDisplay,
     delta_phi_figure,
-    effects_figure,
-    excess_width_figure,
     isoflop_arms_figure,
 )
 from loopscale.present.figures import axis_plots, phi_per_budget_figure, svg_text
@@ -235,9 +236,10 @@ def _case_study(spec, table, sweep_dir: Path, plots_dir: Path, settings: dict):
     doc = compare_arms(base, table, name=spec.name, **settings)
     key = [delta_phi_figure(doc, plots_dir / "delta_phi_per_budget")]
     if doc.get("effects"):
+        effects = PairedEffects.from_dict(doc["effects"])
         key[:0] = [
-            effects_figure(doc, plots_dir / "loss_change_by_r"),
-            excess_width_figure(doc, plots_dir / "excess_by_width"),
+            EffectsDisplay.from_result(effects, spec.name).plot().save(plots_dir / "loss_change_by_r"),
+            ExcessByWidthDisplay.from_result(effects, spec.name).plot().save(plots_dir / "excess_by_width"),
         ]
     arms = isoflop_arms_figure(make_arms(base, table), plots_dir / "isoflop_arms")
     return to_json(doc), key, arms

@@ -24,6 +24,7 @@ from loopscale.fit.compare import (
     per_budget,
     trend_change,
 )
+from loopscale.fit.effect_results import PairedEffects
 from loopscale.fit.effect_rule import REFERENCE_EFFECTS
 from loopscale.fit.effects import analyse_pairs
 from loopscale.fit.fitter import fit_law
@@ -105,12 +106,12 @@ def loop_tax(t: RunTable) -> list[dict]:
     return cell_gaps(parabola_minima(t))
 
 
-def _effect_power(e: dict) -> dict[str, float]:
+def _effect_power(e: PairedEffects) -> dict[str, float]:
     """Power of the pairs' rule to name a Δφ of each reference size alone (simulated on this design)."""
     return {
-        f"{d:+.2f}": e["calibration"][f"delta phi = {d:+.2f}"]["power"]
+        f"{d:+.2f}": e.calibration[f"delta phi = {d:+.2f}"].power
         for d in REFERENCE_EFFECTS
-        if f"delta phi = {d:+.2f}" in e["calibration"]
+        if f"delta phi = {d:+.2f}" in e.calibration
     }
 
 
@@ -188,10 +189,11 @@ def compare_arms(
             arms.base_table, restarts=restarts, seed=seed, extension=None if form == "paper" else form,
             held=held.theta if held else None,
         )  # fmt: skip
-        doc["effects"] = analyse_pairs(
+        effects = analyse_pairs(
             arms.base_table, arms.variant_runs, base_fit, base_resamples=resamples, seed=seed
         )
-        doc["power"] = _effect_power(doc["effects"])
+        doc["effects"] = effects.to_dict()  # the document stays JSON; readers parse it (PairedEffects)
+        doc["power"] = _effect_power(effects)
     except UserError as exc:  # tables without matched pairs: the shared fit alone
         doc["effects"] = None
         doc["notes"].append(f"no matched-pair analysis: {exc}")

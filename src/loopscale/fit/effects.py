@@ -41,6 +41,7 @@ import numpy as np
 
 from loopscale.errors import UserError
 from loopscale.fit.bootstrap import random_effects_bootstrap
+from loopscale.fit.effect_results import PairedEffects
 from loopscale.fit.effect_rule import (
     TERMS,
     TEST_LEVEL,
@@ -285,8 +286,8 @@ def analyse_pairs(
     seed: int = 0,
     seed_noise: dict | None = None,
     size: float = TEST_LEVEL,
-) -> dict:
-    """Effect models of the variant's loss change (module docstring) → a JSON-ready document: pairs, per-r
+) -> PairedEffects:
+    """Effect models of the variant's loss change (module docstring) → ``PairedEffects``: pairs, per-r
     and per-width means, what the design can separate, every model's fit and intervals, the tests, the
     chosen model, the shape left beyond it, its calibration. ``fit``: the base arm's law.
 
@@ -397,7 +398,7 @@ def analyse_pairs(
         x = sim.columns(available, slope_fit)
         ps = wild_cluster_p(excess, x, pairs.cluster, WILD_DRAWS, np.random.default_rng(seed + 31))
         wild = {"p": dict(zip(available, ps)), "draws": WILD_DRAWS, "weights": "webb"}
-    return {
+    return PairedEffects.from_dict({
         "pairs": _pair_rows(pairs, change, token_fit, excess, fits),
         "n_pairs": len(pairs),
         "looped_pairs": int(looped.sum()),
@@ -435,7 +436,7 @@ def analyse_pairs(
         "simulations": simulations,
         "t_df": t_df,
         "ci_level": 1 - size,
-    }
+    })  # fmt: skip
 
 
 def _intervals(

@@ -15,6 +15,7 @@ Invariants a result must keep are checked in ``__post_init__``: a law check whos
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from dataclasses import dataclass
@@ -42,7 +43,7 @@ class Record:
         where = where or cls.__name__
         if not isinstance(data, dict):
             raise RecordError(f"{where}: expected a mapping for {cls.__name__}, got {type(data).__name__}")
-        hints = typing.get_type_hints(cls)
+        hints = _hints(cls)
         names = [f.name for f in dataclasses.fields(cls)]
         unknown = sorted(set(data) - set(names))
         if unknown:
@@ -57,6 +58,11 @@ class Record:
             return cls(**values)
         except ValueError as exc:  # an invariant of __post_init__
             raise RecordError(f"{where}: {exc}") from exc
+
+
+@functools.cache
+def _hints(cls) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
 
 
 def _encode(value: Any) -> Any:

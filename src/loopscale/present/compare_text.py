@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from loopscale.fit.compare import deciding_end
+from loopscale.fit.effect_results import PairedEffects
 from loopscale.fit.effect_rule import REFERENCE_EFFECTS
 from loopscale.fit.priors import fixed_lines
 from loopscale.fit.results import read_law_check
@@ -52,7 +53,7 @@ def case_study_verdict(doc: dict) -> str:
     given = f" (given {', '.join(fixed)} held fixed, not fitted)" if fixed else ""
     if doc.get("effects"):
         lead = f"the law check rejects one constant phi on the {rejected}; " if rejected else ""
-        return lead + f"{doc['name']}: " + effect_sentence(doc["effects"]) + given
+        return lead + f"{doc['name']}: " + effect_sentence(PairedEffects.from_dict(doc["effects"])) + given
     lead = (
         f"the law check rejects one constant phi on the {rejected}, so delta phi compares averages over "
         "budgets, not measurements: "
@@ -160,7 +161,7 @@ def format_compare(doc: dict) -> str:
     if story:
         lines.append(story)
     if doc.get("effects"):
-        lines += effect_lines(doc["effects"])
+        lines += effect_lines(PairedEffects.from_dict(doc["effects"]))
     if doc["power"]:
         lines.append(
             "power of the pairs' rule to name delta phi alone (simulated on this design): "

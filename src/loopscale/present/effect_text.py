@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from loopscale.fit.effect_results import ModelFit, PairedEffects
 from loopscale.present.numbers import interval
 
 
@@ -14,45 +15,38 @@ def p_text(p) -> str:
     return "p n/a" if p is None or not math.isfinite(p) else (f"p = {p:.2g}" if p >= 1e-4 else "p < 1e-4")
 
 
-def _p(test: dict) -> str:
-    return p_text(test["p"])
+def _term(m: ModelFit, t: str, unit: str = "") -> str:
+    return f"{m.estimate[t]:+.3f}{unit} {interval(m.ci[t], signed=True)}"
 
 
-def _term(m: dict, t: str, unit: str = "") -> str:
-    return f"{m['estimate'][t]:+.3f}{unit} {interval(m['ci'][t], signed=True)}"
-
-
-def _tests_text(e: dict) -> str:
+def _tests_text(e: PairedEffects) -> str:
     """The rule's tests in one parenthesis: excess beyond tokens, then each term beyond the others."""
     labels = {"every": "every model", "offset": "an offset beyond delta phi", "delta_phi": "delta phi beyond "
               "an offset"}  # fmt: skip
-    if "delta_phi" not in e["available"]:
-        labels["offset"] = (
-            "looped models beyond every model" if "every" in e["available"] else "looped models"
-        )
-    parts = [f"excess beyond tokens: {_p(e['tests']['any'])}"]
-    parts += [f"{labels[t]}: {_p(e['tests'][t])}" for t in e["available"]]
+    if "delta_phi" not in e.available:
+        labels["offset"] = "looped models beyond every model" if "every" in e.available else "looped models"
+    parts = [f"excess beyond tokens: {p_text(e.tests['any'].p)}"]
+    parts += [f"{labels[t]}: {p_text(e.tests[t].p)}" for t in e.available]
     return "(" + "; ".join(parts) + ")"
 
 
-def _width_profile(e: dict, looped: bool) -> str:
+def _width_profile(e: PairedEffects, looped: bool) -> str:
     """'-0.026 at d = 32 to -0.102 at d = 80': the mean loss change at the smallest and largest width."""
-    rows = [row for row in e["per_width"] if row["looped"] == looped]
+    rows = [row for row in e.per_width if row.looped == looped]
     lo, hi = rows[0], rows[-1]
-    return f"{lo['change']:+.3f} at d = {lo['width']:.0f} to {hi['change']:+.3f} at d = {hi['width']:.0f}"
+    return f"{lo.change:+.3f} at d = {lo.width:.0f} to {hi.change:+.3f} at d = {hi.width:.0f}"
 
 
-def _trend_text(e: dict) -> str:
-    tr = e["trend"]
-    return f"{tr['slope']:+.3f} nats per decade of width {interval(tr['ci'], signed=True)}"
+def _trend_text(e: PairedEffects) -> str:
+    return f"{e.trend.slope:+.3f} nats per decade of width {interval(e.trend.ci, signed=True)}"
 
 
-def _not_separable(e: dict) -> str:
-    sep = e["separability"]
+def _not_separable(e: PairedEffects) -> str:
+    sep = e.separability
     why = (
-        f"one looped r ({sep['looped_r'][0]})"
-        if sep["reason"] == "one looped r"
-        else f"their columns' cosine {sep['cosine']:.4f} > {sep['bound']}"
+        f"one looped r ({sep.looped_r[0]})"
+        if sep.reason == "one looped r"
+        else f"their columns' cosine {sep.cosine:.4f} > {sep.bound}"
     )
     return (
         f"an offset and a change of phi are not separable on this design ({why}): `loopscale design --reuse` "
@@ -60,28 +54,26 @@ def _not_separable(e: dict) -> str:
     )
 
 
-def _every_model_profile(e: dict, profile: str, tested: str) -> str:
+def _every_model_profile(e: PairedEffects, profile: str, tested: str) -> str:
     """The verdict where plain models change with size: the recipe changes every model, with each scope's
     profile along width and slope; 'plain ones most' only where the slopes' difference excludes 0."""
-    scopes = e["scope_trends"]
-    diff = scopes.get("difference")
+    scopes = e.scope_trends
+    diff = scopes.difference
     most = ""
-    if diff and diff["varies"]:
-        most = ", plain ones most" if diff["slope"] * scopes["plain"]["slope"] > 0 else ", looped ones most"
+    if diff and diff.varies:
+        most = ", plain ones most" if diff.slope * scopes.plain.slope > 0 else ", looped ones most"
 
     def scope(name: str, looped: bool) -> str:
-        tr = scopes.get(name)
+        tr = getattr(scopes, name)
         slope = (
             ""
             if tr is None
-            else f" ({tr['slope']:+.3f} nats per decade of width {interval(tr['ci'], signed=True)})"
+            else f" ({tr.slope:+.3f} nats per decade of width {interval(tr.ci, signed=True)})"
         )
         return f"{name} {_width_profile(e, looped)}{slope}"
 
     loop_part = (
-        ""
-        if e["separability"]["separable"]
-        else f"; what is loop-specific cannot be named: {_not_separable(e)}"
+        "" if e.separability.separable else f"; what is loop-specific cannot be named: {_not_separable(e)}"
     )
     return (
         f"the recipe changes every model, plain ones included{most}: not one constant along width: "
@@ -89,35 +81,35 @@ def _every_model_profile(e: dict, profile: str, tested: str) -> str:
     )
 
 
-def effect_sentence(e: dict) -> str:
+def effect_sentence(e: PairedEffects) -> str:
     """What the pairs say, in words and nats (``fit.effects.analyse_pairs``'s document): the named terms
     with their intervals (each excludes 0: the rule names nothing else), the shape along width where one
     constant does not fit, what the design cannot separate, and the tests."""
-    models, per_r, terms = e["models"], e["per_r"], e["chosen_terms"]
+    models, per_r, terms = e.models, e.per_r, e.chosen_terms
     profile = (
         "loss change "
-        + " / ".join(f"{v['change']:+.3f}" for v in per_r.values())
+        + " / ".join(f"{v.change:+.3f}" for v in per_r.values())
         + f" nats at r = {' / '.join(per_r)}"
     )
     phi = models["delta phi"]
-    dphi = f"{phi['delta_phi']:+.3f} {interval(phi['ci'].get('delta_phi'), signed=True)}"
-    varies = e["trend"] is not None and e["trend"]["varies"]
+    dphi = f"{phi.delta_phi:+.3f} {interval(phi.ci.get('delta_phi'), signed=True)}"
+    varies = e.trend is not None and e.trend.varies
     shape = f"not one constant along width: looped {_width_profile(e, True)}" + (
-        f", plain {_width_profile(e, False)}" if "every" in e["terms"] else ""
+        f", plain {_width_profile(e, False)}" if "every" in e.terms else ""
     )
     shape += f" ({_trend_text(e)})"
     tested = _tests_text(e)
     anchors = (
-        "" if e["anchors"] == "paired"
+        "" if e.anchors == "paired"
         else "; r = 1 models taken as unchanged (the variant has no r = 1 runs of its own to pair)"
     )  # fmt: skip
-    separable = e["separability"]["separable"]
-    scopes = e.get("scope_trends") or {}
-    if e["chosen"] != "tokens only" and scopes.get("plain") and scopes["plain"]["varies"]:
+    separable = e.separability.separable
+    plain = e.scope_trends.plain
+    if e.chosen != "tokens only" and plain is not None and plain.varies:
         return _every_model_profile(e, profile, tested)
-    if e["chosen"] == "tokens only":
-        ratio = float(np.mean([v["token_ratio"] for v in per_r.values()]))
-        predicted = " / ".join(f"{v['token_part']:+.3f}" for v in per_r.values())
+    if e.chosen == "tokens only":
+        ratio = float(np.mean([v.token_ratio for v in per_r.values()]))
+        predicted = " / ".join(f"{v.token_part:+.3f}" for v in per_r.values())
         what = (
             f"a token gain, not a change of phi: at the same FLOPs it trains on {ratio:.2f}x the tokens, "
             "and the "
@@ -128,9 +120,9 @@ def effect_sentence(e: dict) -> str:
         tail = f"; delta phi {dphi}" if separable else f"; {_not_separable(e)}"
         said = f"{what}{profile} is what the base law predicts from its N and D ({predicted})"
         return f"{said}{left} {tested}{tail}{anchors}"
-    if e["chosen"] == "excess not attributed":
+    if e.chosen == "excess not attributed":
         looped_mean = _term(models["offset"], "offset", " nats")
-        if e["cancelling"]:
+        if e.cancelling:
             why = (
                 "the model that fits has terms that cancel each other, each several times the largest change"
             )
@@ -144,10 +136,10 @@ def effect_sentence(e: dict) -> str:
         )
     parts = []
     if "every" in terms:
-        m = models[e["chosen"]]
+        m = e.chosen_model
         most = (
             ", plain ones most"
-            if abs(per_r["1"]["excess"]) > max(abs(v["excess"]) for r, v in per_r.items() if r != "1")
+            if abs(per_r["1"].excess) > max(abs(v.excess) for r, v in per_r.items() if r != "1")
             else ""
         )
         parts.append(
@@ -159,7 +151,7 @@ def effect_sentence(e: dict) -> str:
         if not separable:
             parts.append(f"what is loop-specific cannot be named: {_not_separable(e)}")
     elif "offset" in terms:
-        m = models[e["chosen"]]
+        m = e.chosen_model
         if varies:
             parts.append(
                 f"not a change of phi: an effect on looped models that is {shape}, mean "
@@ -172,15 +164,13 @@ def effect_sentence(e: dict) -> str:
         else:
             parts.append(f"looped models change by {_term(m, 'offset', ' nats')}: {_not_separable(e)}")
     if "delta_phi" in terms:
-        m = models[e["chosen"]]
-        way = "raises" if m["delta_phi"] > 0 else "lowers"
+        m = e.chosen_model
+        way = "raises" if m.delta_phi > 0 else "lowers"
         alone = "" if "offset" in terms or "every" in terms else " (growing with r as a change of phi must)"
-        parts.append(
-            f"{way} phi by {abs(m['delta_phi']):.3f} {interval(m['ci']['delta_phi'], signed=True)}{alone}"
-        )
+        parts.append(f"{way} phi by {abs(m.delta_phi):.3f} {interval(m.ci['delta_phi'], signed=True)}{alone}")
         if varies:
             parts.append(f"what is left is {shape}")
-    parts += [_also_consistent(e, name) for name in e.get("also_consistent") or []]
+    parts += [_also_consistent(e, name) for name in e.also_consistent]
     offset_alone = "offset" in terms and "delta_phi" not in terms and separable
     rejected = f"; the delta-phi-only model ({dphi}) is rejected" if offset_alone else ""
     return "; ".join(parts) + f" ({profile}){rejected} {tested}{anchors}"
@@ -192,46 +182,45 @@ _MULTIPLIED = {
 }
 
 
-def _also_consistent(e: dict, name: str) -> str:
+def _also_consistent(e: PairedEffects, name: str) -> str:
     """'or, as well on this design, a data multiplier D x 1.47 [1.21, 1.79] (lack of fit p = 0.3)': a
     multiplier the pairs allow beside the model named."""
-    row = next(row for row in e["shapes"] if row["shape"] == name)
-    m, lo, hi = row["multiplier"]
+    row = e.shape(name)
+    m, lo, hi = row.multiplier
     return (
         f"or, as well on this design, {_MULTIPLIED[name]} {m:.2f} {interval((lo, hi), 2)} "
-        f"(lack of fit {p_text(row['lack_of_fit_p'])}): the pairs do not tell it from the model named"
+        f"(lack of fit {p_text(row.lack_of_fit_p)}): the pairs do not tell it from the model named"
     )
 
 
-def design_text(e: dict) -> str:
+def design_text(e: PairedEffects) -> str:
     """What the pairs' design can separate, in one line."""
-    sep = e["separability"]
+    sep = e.separability
     return (
-        f"design: looped r {sep['looped_r']}; offset vs dL/dphi columns: cosine {sep['cosine']:.3f}, "
-        f"condition number {sep['condition']:.1f}; "
-        + ("separable" if sep["separable"] else _not_separable(e))
+        f"design: looped r {list(sep.looped_r)}; offset vs dL/dphi columns: cosine {sep.cosine:.3f}, "
+        f"condition number {sep.condition:.1f}; " + ("separable" if sep.separable else _not_separable(e))
     )
 
 
-def shape_text(e: dict) -> str:
+def shape_text(e: PairedEffects) -> str:
     """The excess left beyond the chosen model along width, and the heterogeneity left, in one line."""
-    tr, het = e["trend"], e["heterogeneity"]
+    tr, het = e.trend, e.heterogeneity
     return (
-        f"shape left beyond the chosen model, along width: {_trend_text(e)} ({p_text(tr['p'])}; "
-        f"{100 * tr['explained']:.0f}% of the cluster means' spread); heterogeneity left: (r, width) sd "
-        f"{het['cluster_sd']:.4f}, iid sd {het['iid_sd']:.4f}, I2 {het['i2']:.2f}"
+        f"shape left beyond the chosen model, along width: {_trend_text(e)} ({p_text(tr.p)}; "
+        f"{100 * tr.explained:.0f}% of the cluster means' spread); heterogeneity left: (r, width) sd "
+        f"{het.cluster_sd:.4f}, iid sd {het.iid_sd:.4f}, I2 {het.i2:.2f}"
     )
 
 
-def wild_text(e: dict) -> str | None:
+def wild_text(e: PairedEffects) -> str | None:
     """The wild cluster bootstrap's second opinion on the rule's tests, in one line (None without it)."""
-    wild = e.get("wild_cluster")
+    wild = e.wild_cluster
     if not wild:
         return None
     names = {"every": "every model", "offset": "offset", "delta_phi": "delta phi"}
-    ps = ", ".join(f"{names[t]} {p_text(p)}" for t, p in wild["p"].items())
+    ps = ", ".join(f"{names[t]} {p_text(p)}" for t, p in wild.p.items())
     return (
-        f"second opinion on the tests: wild cluster bootstrap-t (restricted, Webb weights, {wild['draws']} "
+        f"second opinion on the tests: wild cluster bootstrap-t (restricted, Webb weights, {wild.draws} "
         f"tables; the pairs' noise only, not the base law's): {ps}"
     )
 
@@ -245,14 +234,13 @@ SHAPE_MEANING = {
 }
 
 
-def shapes_text(e: dict) -> str:
+def shapes_text(e: PairedEffects) -> str:
     """Which one-parameter shapes the pairs allow (``fit.effect_shapes``), in one line."""
-    rows = e.get("shapes") or []
-    allowed = [row["shape"] for row in rows if row["consistent"]]
+    allowed = [row.shape for row in e.shapes if row.consistent]
     listed = "; ".join(
-        f"{row['shape']} {row['estimate']:+.3f} {interval(row['ci'], signed=True)} "
-        f"(lack of fit {p_text(row['lack_of_fit_p'])})"
-        for row in rows
+        f"{row.shape} {row.estimate:+.3f} {interval(row.ci, signed=True)} "
+        f"(lack of fit {p_text(row.lack_of_fit_p)})"
+        for row in e.shapes
     )
     head = (
         f"shapes the pairs allow (lack of fit p >= 0.01): {', '.join(allowed)}"
@@ -262,47 +250,47 @@ def shapes_text(e: dict) -> str:
     return f"{head}; {listed}"
 
 
-def effect_lines(e: dict) -> list[str]:
+def effect_lines(e: PairedEffects) -> list[str]:
     """The pairs' effect models as text lines: per r, what the design separates, each model's fit, the
     tests, the shape left, the calibration."""
     lines = [
-        f"matched pairs (budget, width, r, seed): {e['n_pairs']} ({e['plain_pairs']} at r = 1) in "
-        f"{e['clusters']} (r, width) clusters; token part from the base law ({e['base_form']} form, "
-        f"{e['base_resamples']} bootstrap draws)"
+        f"matched pairs (budget, width, r, seed): {e.n_pairs} ({e.plain_pairs} at r = 1) in "
+        f"{e.clusters} (r, width) clusters; token part from the base law ({e.base_form} form, "
+        f"{e.base_resamples} bootstrap draws)"
     ]
-    for r, v in e["per_r"].items():
+    for r, v in e.per_r.items():
         lines.append(
-            f"  r = {r}: {v['pairs']} pairs, loss change {v['change']:+.4f} (sd {v['change_sd'] or 0:.4f}), "
-            f"token part {v['token_part']:+.4f} ({v['token_ratio']:.3f}x tokens), excess {v['excess']:+.4f}"
+            f"  r = {r}: {v.pairs} pairs, loss change {v.change:+.4f} (sd {v.change_sd or 0:.4f}), "
+            f"token part {v.token_part:+.4f} ({v.token_ratio:.3f}x tokens), excess {v.excess:+.4f}"
         )
     lines.append(f"  {design_text(e)}")
-    level = f"{100 * e['ci_level']:.0f}%"
-    for name, m in e["models"].items():
+    level = f"{100 * e.ci_level:.0f}%"
+    for name, m in e.models.items():
         coefs = [
-            f"{t} {_term(m, t)} (c {m['critical'][t]:.2f}, SE {m['se'][t]:.4f}: pairs "
-            f"{m['se_pairs'][t]:.4f}, base law {m['se_base_law'][t]:.4f})"
-            for t in m["terms"]
+            f"{t} {_term(m, t)} (c {m.critical[t]:.2f}, SE {m.se[t]:.4f}: pairs "
+            f"{m.se_pairs[t]:.4f}, base law {m.se_base_law[t]:.4f})"
+            for t in m.terms
         ]
-        mark = " <- chosen" if name == e["chosen"] else ""
-        flag = " (terms cancel each other: never chosen)" if m["cancelling"] else ""
-        lines.append(f"  model {name}: {'; '.join(coefs) or 'no excess'}; RSS {m['rss']:.5f}{flag}{mark}")
+        mark = " <- chosen" if name == e.chosen else ""
+        flag = " (terms cancel each other: never chosen)" if m.cancelling else ""
+        lines.append(f"  model {name}: {'; '.join(coefs) or 'no excess'}; RSS {m.rss:.5f}{flag}{mark}")
     lines.append(
-        f"  tests (Monte Carlo p, {e['simulations']} simulated tables per null; intervals at {level} = "
+        f"  tests (Monte Carlo p, {e.simulations} simulated tables per null; intervals at {level} = "
         f"estimate +- c*SE, c the same test's critical value): {_tests_text(e)[1:-1]}"
     )
     if wild_text(e):
         lines.append(f"  {wild_text(e)}")
-    if e.get("shapes"):
+    if e.shapes:
         lines.append(f"  {shapes_text(e)}")
-    if e["trend"] is not None:
+    if e.trend is not None:
         lines.append(f"  {shape_text(e)}")
-    cal = e["calibration"]
-    worst = max(c["wrong_attribution"] for c in cal.values())
-    disagree = max(c["disagreement"] for c in cal.values())
-    cover = min((v for c in cal.values() for v in c["coverage"].values()), default=float("nan"))
+    cal = e.calibration
+    worst = max(c.wrong_attribution for c in cal.values())
+    disagree = max(c.disagreement for c in cal.values())
+    cover = min((v for c in cal.values() for v in c.coverage.values()), default=float("nan"))
     lines.append(
         "  the rule on tables simulated with each model as the truth: "
-        + "; ".join(f"{k}: names it {c['power']:.2f}" for k, c in cal.items())
+        + "; ".join(f"{k}: names it {c.power:.2f}" for k, c in cal.items())
         + f"; wrong attribution at most {worst:.3f}; named with an interval holding 0 at most "
         f"{disagree:.3f}; interval coverage at least {cover:.3f}"
     )
@@ -313,14 +301,14 @@ def delta_phi_story(doc: dict) -> str | None:
     """One sentence where the shared fit, the separate fits and the pairs' Δφ-only model disagree in sign
     or beyond their intervals, naming which to read and why (the pairs first, where their Δφ-only model is
     not rejected); None where they agree or there are no pairs."""
-    e = doc.get("effects")
-    if not e:
+    if not doc.get("effects"):
         return None
-    pairs = e["models"]["delta phi"]
+    e = PairedEffects.from_dict(doc["effects"])
+    pairs = e.models["delta phi"]
     estimates = {
         "shared fit": (doc["delta_phi"]["estimate"], doc["delta_phi"]["ci"]),
         "separate fits": (doc["delta_phi_separate"]["estimate"], doc["delta_phi_separate"]["ci"]),
-        "pairs": (pairs["delta_phi"], pairs["ci"].get("delta_phi")),
+        "pairs": (pairs.delta_phi, pairs.ci.get("delta_phi")),
     }
     signs = {bool(v > 0) for v, _ in estimates.values()}
     cis = [ci for _, ci in estimates.values() if ci is not None]
@@ -328,12 +316,12 @@ def delta_phi_story(doc: dict) -> str | None:
     if len(signs) == 1 and not apart:
         return None
     listed = ", ".join(f"{k} {v:+.3f} {interval(ci, signed=True)}" for k, (v, ci) in estimates.items())
-    phi_alone = e["separability"]["separable"] and "offset" not in e["chosen_terms"] and not e["cancelling"]
-    if phi_alone and "every" not in e["chosen_terms"]:
+    phi_alone = e.separability.separable and "offset" not in e.chosen_terms and not e.cancelling
+    if phi_alone and "every" not in e.chosen_terms:
         read = "read the pairs': they compare like with like, and their delta-phi-only model is not rejected"
     else:
         read = (
-            f"none of them measures the recipe: the pairs choose '{e['chosen']}', so a change of phi alone "
+            f"none of them measures the recipe: the pairs choose '{e.chosen}', so a change of phi alone "
             "does not describe the runs"
         )
     return f"the three estimates of delta phi disagree ({listed}): {read}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from loopscale.fit.effect_results import ModelFit, PairedEffects
 from loopscale.fit.labels import flops_label
 from loopscale.fit.results import read_law_check
 from loopscale.paper import paper_effect
@@ -38,7 +39,7 @@ def case_study_section(doc: dict, arms_figure: Path) -> Section:
     if story:
         blocks.append(story[0].upper() + story[1:] + ".")
     if doc.get("effects"):
-        blocks += effect_blocks(doc["effects"])
+        blocks += effect_blocks(PairedEffects.from_dict(doc["effects"]))
     items = [
         f"Shared-nuisance estimate ({d['form']} form, {d['n_runs']} runs): Δφ = {d['estimate']:+.3f} "
         + (
@@ -116,99 +117,96 @@ def case_study_section(doc: dict, arms_figure: Path) -> Section:
     return Section(f"Case study: {doc['name']} against its base", blocks)
 
 
-def effect_blocks(e: dict) -> list:
+def effect_blocks(e: PairedEffects) -> list:
     """The matched-pair analysis: per r, the effect models, the tests, the shape left and the rule's
     calibration."""
     intro = (
-        f"**Is it φ?** {e['n_pairs']} seed-matched pairs (variant − base at the same budget, width, r and "
-        f"seed; {e['plain_pairs']} at r = 1) in {e['clusters']} (r, width) clusters. The base law "
-        f"({e['base_form']} form; {e['base_resamples']} bootstrap draws carry its uncertainty) predicts the "
+        f"**Is it φ?** {e.n_pairs} seed-matched pairs (variant − base at the same budget, width, r and "
+        f"seed; {e.plain_pairs} at r = 1) in {e.clusters} (r, width) clusters. The base law "
+        f"({e.base_form} form; {e.base_resamples} bootstrap draws carry its uncertainty) predicts the "
         "part of each loss change that the variant's own N and D explain (the token part); the excess is "
         "fitted under the effect models. A change of φ must grow with r; an offset is the same at every r; "
-        f"an every-model term moves plain models too. Chosen: **{e['chosen']}** — {effect_sentence(e)}."
+        f"an every-model term moves plain models too. Chosen: **{e.chosen}** — {effect_sentence(e)}."
     )
-    names = [m for m in e["models"] if m != "tokens only"]
+    names = [m for m in e.models if m != "tokens only"]
     per_r = Table(
         ["r", "pairs", "loss change", "tokens (variant/base)", "token part", "excess", *names],
         [
             [
                 r,
-                str(v["pairs"]),
-                f"{v['change']:+.4f}",
-                f"{v['token_ratio']:.3f}x",
-                f"{v['token_part']:+.4f}",
-                f"{v['excess']:+.4f}",
-                *(f"{v['predicted'][m]:+.4f}" for m in names),
+                str(v.pairs),
+                f"{v.change:+.4f}",
+                f"{v.token_ratio:.3f}x",
+                f"{v.token_part:+.4f}",
+                f"{v.excess:+.4f}",
+                *(f"{v.predicted[m]:+.4f}" for m in names),
             ]
-            for r, v in e["per_r"].items()
+            for r, v in e.per_r.items()
         ],
     )
     per_width = Table(
         ["width", "models", "pairs", "loss change", "excess"],
         [
-            [f"{row['width']:.0f}", "looped" if row["looped"] else "r = 1", str(row["pairs"]),
-             f"{row['change']:+.4f}", f"{row['excess']:+.4f}"]
-            for row in e["per_width"]
+            [f"{row.width:.0f}", "looped" if row.looped else "r = 1", str(row.pairs), f"{row.change:+.4f}",
+             f"{row.excess:+.4f}"]
+            for row in e.per_width
         ],
     )  # fmt: skip
 
-    def coef(m: dict, key: str) -> str:
-        if key not in m["ci"]:
+    def coef(m: ModelFit, key: str) -> str:
+        if key not in m.ci:
             return "–"
         return (
-            f"{m[key]:+.4f} {interval(m['ci'][key], signed=True, missing='–')} (c {m['critical'][key]:.2f}, "
-            f"SE {m['se'][key]:.4f}: pairs "
-            f"{m['se_pairs'][key]:.4f}, base law {m['se_base_law'][key]:.4f})"
+            f"{m.value(key):+.4f} {interval(m.ci[key], signed=True, missing='–')} (c {m.critical[key]:.2f}, "
+            f"SE {m.se[key]:.4f}: pairs {m.se_pairs[key]:.4f}, base law {m.se_base_law[key]:.4f})"
         )
 
     keys = [(t, label) for t, label in (("every", "every model (nats)"), ("offset", "offset (nats)"),
-                                        ("delta_phi", "Δφ")) if t in e["terms"]]  # fmt: skip
+                                        ("delta_phi", "Δφ")) if t in e.terms]  # fmt: skip
     models = Table(
         ["model", *(label for _, label in keys), "RSS (nats²)", "chosen"],
         [
             [
-                name + (" (terms cancel)" if m["cancelling"] else ""),
+                name + (" (terms cancel)" if m.cancelling else ""),
                 *(coef(m, t) for t, _ in keys),
-                f"{m['rss']:.5f}",
-                "yes" if name == e["chosen"] else "",
+                f"{m.rss:.5f}",
+                "yes" if name == e.chosen else "",
             ]
-            for name, m in e["models"].items()
+            for name, m in e.models.items()
         ],
     )
-    cal = e["calibration"]
-    labels = list(next(iter(cal.values()))["chosen"])
+    cal = e.calibration
+    labels = list(next(iter(cal.values())).chosen)
     calibration = Table(
         ["truth (simulated)", *labels, "wrong attribution", "named, interval holds 0", "coverage"],
         [
             [
-                f"{label}: " + (", ".join(f"{t} {v:+.3f}" for t, v in c["truth"].items()) or "no excess"),
-                *(f"{c['chosen'][m]:.2f}" for m in labels),
-                f"{c['wrong_attribution']:.3f}",
-                f"{c['disagreement']:.3f}",
-                ", ".join(f"{v:.3f}" for v in c["coverage"].values()) or "–",
+                f"{label}: " + (", ".join(f"{t} {v:+.3f}" for t, v in c.truth.items()) or "no excess"),
+                *(f"{c.chosen[m]:.2f}" for m in labels),
+                f"{c.wrong_attribution:.3f}",
+                f"{c.disagreement:.3f}",
+                ", ".join(f"{v:.3f}" for v in c.coverage.values()) or "–",
             ]
             for label, c in cal.items()
         ],
     )
     note = (
         "Per r and per width: mean loss change and what each effect model predicts for it (token part + the "
-        f"model's excess). Models: each term's estimate ± c·SE ({100 * e['ci_level']:.0f}%), c the critical "
+        f"model's excess). Models: each term's estimate ± c·SE ({100 * e.ci_level:.0f}%), c the critical "
         "value of the same Monte Carlo test that decides whether the term is named (so a named term's "
         "interval excludes 0), SE² = cluster-robust (CR1) variance over the pairs + variance across the base "
         "law's bootstrap draws. Calibration: the share of simulated tables on which the rule names each "
         "model, with each model (at its fit to these pairs, or Δφ alone at the paper's sizes) as the truth; "
         "coverage: the true model's intervals holding the true values."
     )
-    details = Bullets(
-        [design_text(e)] + [text for text in (wild_text(e), e["trend"] and shape_text(e)) if text]
-    )
+    details = Bullets([design_text(e)] + [text for text in (wild_text(e), e.trend and shape_text(e)) if text])
     shapes = Table(
         ["shape", "what it moves", "estimate", "96% interval", "lack of fit p", "describes the pairs"],
         [
-            [row["shape"], SHAPE_MEANING[row["shape"]], f"{row['estimate']:+.4f}",
-             interval(row["ci"], signed=True, missing="–"),
-             p_text(row["lack_of_fit_p"]), {True: "yes", False: "no", None: "–"}[row["consistent"]]]
-            for row in e.get("shapes") or []
+            [row.shape, SHAPE_MEANING[row.shape], f"{row.estimate:+.4f}",
+             interval(row.ci, signed=True, missing="–"), p_text(row.lack_of_fit_p),
+             {True: "yes", False: "no", None: "–"}[row.consistent]]
+            for row in e.shapes
         ],
     )  # fmt: skip
     return [intro, details, per_r, per_width, models, shapes, calibration, note]
@@ -218,9 +216,10 @@ def _optimum_rows(doc: dict) -> list[list[str]]:
     tax = {
         arm: {(g["budget"], g["r"]): g["gap"] for g in doc["loop_tax"][arm]} for arm in ("base", "variant")
     }
-    e = doc.get("effects") or {}
-    chosen = e.get("chosen")
-    predicted = {(row["budget"], row["r"]): row["ratio"].get(chosen) for row in e.get("predicted_shift", [])}
+    predicted = {}
+    if doc.get("effects"):
+        e = PairedEffects.from_dict(doc["effects"])
+        predicted = {(row.budget, row.r): row.ratio.get(e.chosen) for row in e.predicted_shift}
 
     def implied(row: dict) -> str:
         ratio = predicted.get((row["budget"], row["r"]))

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from loopscale.fit.effect_results import PairedEffects
 from loopscale.io import atomic_write_text
+from loopscale.present.case_study_figures import EffectsDisplay, ExcessByWidthDisplay
 from loopscale.present.effect_text import effect_sentence
-from loopscale.report.compare import effect_blocks, effects_figure, excess_width_figure
+from loopscale.report.compare import effect_blocks
 from loopscale.report.document import Document, Image, Section, Table
 from loopscale.report.figures import caption
 
 
 def verdict(doc: dict) -> str:
     """The price's first line: what the pairs name at the last look, and how the looks ended."""
-    e, last = doc["effects"], doc["looks"][-1]
+    e, last = PairedEffects.from_dict(doc["effects"]), doc["looks"][-1]
     ended = {
         "decided": "stopped as soon as an effect was named",
         "precise": "stopped at the target precision of delta phi",
@@ -23,16 +25,16 @@ def verdict(doc: dict) -> str:
     return (
         f"{doc['recipe']}: {effect_sentence(e)}; {last['pairs']} pairs, look {last['look']} of "
         f"{len(doc['plan']['counts'])} ({ended}); tests at size {last['size']:.4f} of alpha "
-        f"{doc['settings']['alpha']} spent over the looks, intervals at {100 * e['ci_level']:.1f}%; "
+        f"{doc['settings']['alpha']} spent over the looks, intervals at {100 * e.ci_level:.1f}%; "
         f"{noise_text(e, last['cluster_sd'])}"
     )
 
 
-def noise_text(e: dict, pooled: dict) -> str:
+def noise_text(e: PairedEffects, pooled: dict) -> str:
     """The pairs' errors as ``price`` took them: the base's seed noise and the (r, width) sd learnt from
     the pairs with the base law's misfit as a prior (``fit.effects.pooled_cluster_sd``)."""
-    err = e["errors"]
-    pair = f"errors: pair sd {err['sd']:.4f} nats (the base's seed noise, {err['df']} df)"
+    err = e.errors
+    pair = f"errors: pair sd {err.sd:.4f} nats (the base's seed noise, {err.df} df)"
     cluster = f"an (r, width) sd {pooled['cluster_sd']:.4f} nats"
     if pooled["estimate"] is None:
         return (
@@ -47,10 +49,10 @@ def noise_text(e: dict, pooled: dict) -> str:
 
 def write_price_report(doc: dict, out: Path) -> Path:
     """report.md and report.html in ``out`` with the figure beside them → report.md's path."""
-    named = {"name": doc["recipe"], "effects": doc["effects"]}
+    effects = PairedEffects.from_dict(doc["effects"])
     figures = [
-        effects_figure(named, out / "loss_change_by_r"),
-        excess_width_figure(named, out / "excess_by_width"),
+        EffectsDisplay.from_result(effects, doc["recipe"]).plot().save(out / "loss_change_by_r"),
+        ExcessByWidthDisplay.from_result(effects, doc["recipe"]).plot().save(out / "excess_by_width"),
     ]
     looks = Table(
         [
@@ -95,7 +97,9 @@ def write_price_report(doc: dict, out: Path) -> Path:
                     looks,
                 ],
             ),
-            Section("Is it φ? The pairs at the last look", effect_blocks(doc["effects"])),
+            Section(
+                "Is it φ? The pairs at the last look", effect_blocks(PairedEffects.from_dict(doc["effects"]))
+            ),
         ],
     )
     atomic_write_text(out / "report.md", report.markdown(out))

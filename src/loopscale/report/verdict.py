@@ -4,6 +4,7 @@ under the key figures (why φ is not identified, the count baselines, the fit qu
 
 from __future__ import annotations
 
+from loopscale.fit.effect_results import PairedEffects
 from loopscale.fit.labels import flops_label
 from loopscale.fit.results import LawCheck, law_check_in
 from loopscale.present.law_check import law_headline
@@ -220,21 +221,20 @@ def effect_cell(compare_doc: dict) -> str:
     def value(estimate: float, ci, unit: str = "") -> str:  # "+0.123 nats [lo, hi]", no interval: nothing
         return f"{estimate:+.3f}{unit}" + ("" if ci is None else " " + interval(ci, signed=True))
 
-    e = compare_doc.get("effects")
-    if not e:
+    if not compare_doc.get("effects"):
         d = compare_doc["delta_phi"]
         return f"Δφ {value(d['estimate'], d.get('ci'))} (shared fit)"
-    models, chosen, terms = e["models"], e["chosen"], e["chosen_terms"]
-    phi = models["delta phi"]
-    varies = e["trend"] is not None and e["trend"]["varies"]
-    if not terms:
-        label = " (tokens only)" if chosen == "tokens only" else f" ({chosen})"
+    e = PairedEffects.from_dict(compare_doc["effects"])
+    phi = e.models["delta phi"]
+    varies = e.trend is not None and e.trend.varies
+    if not e.chosen_terms:
+        label = f" ({e.chosen})"
         shape = ", excess left varies with width" if varies else ""
-        return f"Δφ {value(phi['delta_phi'], phi['ci']['delta_phi'])}{label}{shape}"
-    m = models[chosen]
+        return f"Δφ {value(phi.delta_phi, phi.ci['delta_phi'])}{label}{shape}"
+    m = e.chosen_model
     names = {"every": "every model", "offset": "offset (looped)", "delta_phi": "Δφ"}
     units = {"every": " nats", "offset": " nats", "delta_phi": ""}
-    cell = " and ".join(f"{names[t]} {value(m[t], m['ci'][t], units[t])}" for t in terms)
+    cell = " and ".join(f"{names[t]} {value(m.value(t), m.ci[t], units[t])}" for t in e.chosen_terms)
     if varies:
         cell += ", not one constant: varies with width"
-    return cell + ("" if "delta_phi" in terms else ", not Δφ")
+    return cell + ("" if "delta_phi" in e.chosen_terms else ", not Δφ")

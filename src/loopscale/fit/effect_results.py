@@ -1,0 +1,279 @@
+"""The effect models' result (``fit.effects.analyse_pairs``) as typed records (issue 42).
+
+Each field is the JSON key that compare.json and price.json have held since the effect models landed, so a
+published document reads back with ``PairedEffects.from_dict`` (a field added since has a default). Models
+are named by ``EffectModel``, a closed set (``fit.effect_rule.model_name``); terms by ``Term``; numbers are
+nats (losses and their changes), units of φ (Δφ) or as named. No field holds a sentence:
+``loopscale.present.effect_text`` writes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from loopscale.fit.results import Record
+
+Term = Literal["every", "offset", "delta_phi"]
+EffectModel = Literal[
+    "tokens only",
+    "every model",
+    "offset",
+    "delta phi",
+    "every model + offset",
+    "every model + delta phi",
+    "offset + delta phi",
+    "every model + offset + delta phi",
+    "excess not attributed",
+]
+Shape = Literal["offset", "delta phi", "N multiplier", "D multiplier", "width slope"]
+Pair = tuple[float, float]
+
+
+@dataclass(frozen=True)
+class PairRow(Record):
+    """One seed-matched pair: the two runs' losses, the loss change (variant − base), the part the base
+    law predicts from their N and D (``token_part``), the ``excess`` beyond it, each model's prediction."""
+
+    budget: float
+    width: float
+    r: int
+    seed: int | None
+    base_loss: float
+    variant_loss: float
+    token_ratio: float
+    change: float
+    token_part: float
+    excess: float
+    predicted: dict[str, float]  # by EffectModel
+
+
+@dataclass(frozen=True)
+class LoopMeans(Record):
+    """The pairs at one r: their count and mean change, token part, excess and predictions."""
+
+    pairs: int
+    change: float
+    change_sd: float | None
+    token_part: float
+    excess: float
+    token_ratio: float
+    predicted: dict[str, float]
+
+
+@dataclass(frozen=True)
+class WidthMeans(Record):
+    """The pairs at one width, plain or looped: their mean change and excess (the profile along size)."""
+
+    width: float
+    looped: bool
+    pairs: int
+    change: float
+    excess: float
+
+
+@dataclass(frozen=True)
+class Separability(Record):
+    """Whether the design tells an offset from Δφ: the looped r it holds, the cosine of the two columns over
+    the looped pairs (``bound``: the largest that separates) and their condition number."""
+
+    separable: bool
+    reason: Literal["one looped r", "collinear"] | None
+    looped_r: tuple[int, ...]
+    cosine: float | None
+    condition: float | None
+    bound: float
+
+
+@dataclass(frozen=True)
+class ModelFit(Record):
+    """One effect model fitted to the excess: its terms' values (0 for a term it lacks), and per term the
+    estimate, SE (the pairs' and the base law's parts), the rule's critical value c and the interval
+    estimate ± c·SE; its residual sum of squares; whether its terms cancel each other."""
+
+    every: float
+    offset: float
+    delta_phi: float
+    rss: float
+    parameters: int
+    estimate: dict[str, float]
+    se: dict[str, float]
+    se_pairs: dict[str, float]
+    se_base_law: dict[str, float]
+    critical: dict[str, float]
+    ci: dict[str, Pair]
+    cancelling: bool
+    terms: tuple[Term, ...]
+
+    def value(self, term: str) -> float:
+        return {"every": self.every, "offset": self.offset, "delta_phi": self.delta_phi}[term]
+
+
+@dataclass(frozen=True)
+class TermTest(Record):
+    """One test of the rule: its statistic, the simulated critical value at the look's size, its p."""
+
+    statistic: float
+    critical: float
+    p: float
+
+
+@dataclass(frozen=True)
+class WildCluster(Record):
+    """The wild cluster bootstrap-t's p per term (Webb weights): a second opinion on the rule's tests."""
+
+    p: dict[str, float]
+    draws: int
+    weights: str
+
+
+@dataclass(frozen=True)
+class WidthTrend(Record):
+    """The slope of the excess (left beyond a model) along log₁₀ width over the (r, width) cluster means:
+    nats per decade, its SE (the base law's share), df, interval, p; ``varies``: the interval excludes 0;
+    ``explained``: the share of the cluster means' spread the slope explains."""
+
+    slope: float
+    se: float
+    se_base_law: float
+    df: int
+    ci: Pair
+    p: float
+    varies: bool
+    explained: float
+
+
+@dataclass(frozen=True)
+class SlopeDifference(Record):
+    """Plain − looped slope along width (SE² the sum, t on the smaller df)."""
+
+    slope: float
+    se: float
+    df: int
+    ci: Pair
+    varies: bool
+
+
+@dataclass(frozen=True)
+class ScopeTrends(Record):
+    """With r = 1 pairs: the excess's slope along width for plain and for looped models, and their
+    difference; all None without r = 1 pairs."""
+
+    plain: WidthTrend | None = None
+    looped: WidthTrend | None = None
+    difference: SlopeDifference | None = None
+
+
+@dataclass(frozen=True)
+class ShapeFit(Record):
+    """One one-parameter shape fitted alone to the excess (``fit.effect_shapes``): estimate, SE, interval,
+    the lack of fit's p and whether it describes the pairs; a multiplier's m and interval."""
+
+    shape: Shape
+    estimate: float
+    se: float
+    ci: Pair
+    lack_of_fit_p: float | None
+    consistent: bool | None
+    multiplier: tuple[float | None, float | None, float | None] | None = None
+
+
+@dataclass(frozen=True)
+class Heterogeneity(Record):
+    """The spread left beyond the chosen model (nats): (r, width) cluster sd, iid sd, I²."""
+
+    cluster_sd: float
+    iid_sd: float
+    i2: float
+
+
+@dataclass(frozen=True)
+class PairNoise(Record):
+    """The pairs' noise (nats): iid, (r, width) cluster, and the cluster sd's upper bound the simulations
+    use."""
+
+    iid: float
+    cluster: float
+    cluster_upper: float
+
+
+@dataclass(frozen=True)
+class ErrorModel(Record):
+    """How the intervals read the errors: cluster-robust, or a known covariance (sd, cluster sd, df)."""
+
+    kind: Literal["cluster-robust", "known"]
+    sd: float | None = None
+    cluster_sd: float | None = None
+    df: int | None = None
+
+
+@dataclass(frozen=True)
+class Calibration(Record):
+    """The rule on tables simulated with one truth: the share naming each model, wrong attribution,
+    disagreement (named with an interval holding 0), power, each true term's power and coverage."""
+
+    model: EffectModel
+    truth: dict[str, float]
+    chosen: dict[str, float]
+    wrong_attribution: float
+    disagreement: float
+    power: float
+    term_power: dict[str, float]
+    coverage: dict[str, float]
+
+
+@dataclass(frozen=True)
+class PredictedShift(Record):
+    """Per (budget, r): N*(variant) / N*(base) each model predicts (where both vertices are bracketed)."""
+
+    budget: float
+    r: int
+    ratio: dict[str, float | None]
+
+
+@dataclass(frozen=True)
+class PairedEffects(Record):
+    """What a recipe does, from seed-matched pairs (``fit.effects.analyse_pairs``): the pairs and their
+    profiles, what the design separates, every model's fit, the rule's tests and choice, the shape left,
+    the noise, the calibration. ``calibration`` is keyed by truth ("tokens only", a model, "delta phi =
+    +0.19"); ``models`` and predictions by ``EffectModel``."""
+
+    pairs: tuple[PairRow, ...]
+    n_pairs: int
+    looped_pairs: int
+    plain_pairs: int
+    anchors: Literal["paired", "shared"]
+    clusters: int
+    per_r: dict[str, LoopMeans]
+    per_width: tuple[WidthMeans, ...]
+    base_form: str
+    base_resamples: int
+    terms: tuple[Term, ...]
+    available: tuple[Term, ...]
+    separability: Separability
+    models: dict[str, ModelFit]
+    tests: dict[str, TermTest]
+    chosen: EffectModel
+    chosen_terms: tuple[Term, ...]
+    cancelling: bool
+    trend: WidthTrend | None
+    scope_trends: ScopeTrends
+    heterogeneity: Heterogeneity
+    noise: PairNoise
+    errors: ErrorModel
+    calibration: dict[str, Calibration]
+    predicted_shift: tuple[PredictedShift, ...]
+    simulations: int
+    t_df: int
+    ci_level: float
+    shapes: tuple[ShapeFit, ...] = ()
+    wild_cluster: WildCluster | None = None
+    also_consistent: tuple[Shape, ...] = ()
+
+    @property
+    def chosen_model(self) -> ModelFit | None:
+        """The fit of the model the rule named (None: tokens only, or the excess not attributed)."""
+        return self.models[self.chosen] if self.chosen_terms else None
+
+    def shape(self, name: str) -> ShapeFit:
+        return next(row for row in self.shapes if row.shape == name)
