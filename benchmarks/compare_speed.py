@@ -2,9 +2,9 @@
 
 Times the whole of ``compare`` (law checks of both arms, the shared-nuisance bootstrap with its growth, the
 separate fits, per-budget Δφ, the matched-pair effect models and their simulations) on the two published
-case-study arms and on an arm built from the published base with Δφ = −0.15 (the one whose shared bootstrap
-grew to 6,400 resamples, 10 min 43 s, before the growth was capped). Prints seconds per arm and the ratio to
-the 60 s goal, measured in this run.
+case-study arms, on an arm built from the published base with Δφ = −0.15 (the one whose shared bootstrap
+grew to 6,400 resamples, 10 min 43 s, before the growth was capped) and on the three priced arms. Prints
+seconds per arm and the ratio to the 60 s goal, measured in this run.
 
     python benchmarks/compare_speed.py
 """
@@ -45,6 +45,10 @@ def main() -> None:
             "laptop-hyperconnections": ROOT / "results" / "laptop-hyperconnections" / "results.csv",
             "laptop-truncated-bptt": ROOT / "results" / "laptop-truncated-bptt" / "results.csv",
             "delta phi -0.15 (synthetic)": synthetic,
+            **{  # the priced arms (issue 41): their pairs only, up to 21
+                name: ROOT / "results" / name / "results.csv"
+                for name in ("laptop-parcae", "laptop-sampled-depth", "laptop-curriculum")
+            },
         }
         for name, table in arms.items():
             start = time.perf_counter()

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from loopscale.analysis.price import PriceSettings, plan_price, price
 from loopscale.design.sequential import look_counts, look_sizes, simulations_for, spent
+from loopscale.fit.effect_results import PriceResult
 from loopscale.io import claim_folder
 from loopscale.sweep.plan import plan_sweep
 
@@ -107,13 +108,13 @@ def _settings(tmp_path: Path, **kw) -> PriceSettings:
 def test_price_stops_at_the_first_look_that_names_an_effect_and_writes_its_report(tmp_path, monkeypatch):
     calls: list = []
     _fake_training(monkeypatch, -0.08, calls)
-    doc = price(_settings(tmp_path), echo=lambda line: None)
-    first = doc["looks"][0]
-    assert len(doc["looks"]) == 1 and first["stop"] == "decided" and first["pairs"] == 4 and calls == [4]
-    assert "offset" in doc["effects"]["chosen_terms"]
-    assert first["size"] < 0.04 and doc["effects"]["ci_level"] == pytest.approx(1 - first["size"])
+    result = price(_settings(tmp_path), echo=lambda line: None)
+    first = result.looks[0]
+    assert len(result.looks) == 1 and first.stop == "decided" and first.pairs == 4 and calls == [4]
+    assert {"offset"} <= set(result.effects.chosen_terms)
+    assert first.size < 0.04 and result.effects.ci_level == pytest.approx(1 - first.size)
     saved = json.loads((tmp_path / "price" / "price.json").read_text())
-    assert saved["looks"] == json.loads(json.dumps(doc["looks"]))
+    assert PriceResult.from_dict(saved) == result  # price.json is the typed result, read back whole
     assert not Path(saved["base"]).is_absolute() and not Path(saved["settings"]["out"]).is_absolute()
     report = (tmp_path / "price" / "report.md").read_text()
     assert report.startswith("# Price of hyperconnections") and "look 1 of 3" in report
@@ -124,14 +125,14 @@ def test_price_without_an_effect_looks_to_the_end_and_names_nothing(tmp_path, mo
     calls: list = []
     _fake_training(monkeypatch, 0.0, calls)
     plan = plan_price(_settings(tmp_path))
-    doc = price(_settings(tmp_path), echo=lambda line: None)
+    result = price(_settings(tmp_path), echo=lambda line: None)
     assert calls == plan["pairs"]["counts"] == [4, 6, 8]
-    assert [k["stop"] for k in doc["looks"]] == [None, None, "last look"]
-    assert doc["effects"]["chosen_terms"] == []
-    assert sum(k["size"] for k in doc["looks"]) == pytest.approx(0.04)
-    pooled = doc["looks"][-1]["cluster_sd"]
-    assert pooled["df"] >= 0 and pooled["cluster_sd"] > 0
-    assert np.isfinite(doc["looks"][-1]["delta_phi_half_width"])
+    assert [k.stop for k in result.looks] == [None, None, "last look"]
+    assert result.effects.chosen_terms == ()
+    assert sum(k.size for k in result.looks) == pytest.approx(0.04)
+    pooled = result.looks[-1].cluster_sd
+    assert pooled.df >= 0 and pooled.cluster_sd > 0
+    assert np.isfinite(result.looks[-1].delta_phi_half_width)
 
 
 def test_a_rerun_replays_each_look_on_its_own_pairs_and_trains_nothing_finished(tmp_path, monkeypatch):
@@ -145,6 +146,6 @@ def test_a_rerun_replays_each_look_on_its_own_pairs_and_trains_nothing_finished(
     monkeypatch.setattr(loopscale.sweep.rundir, "run_state", lambda root, name: SimpleNamespace(status="ok"))
     calls.clear()
     again = price(_settings(tmp_path), echo=lambda line: None)
-    assert calls == [] and [k["pairs"] for k in again["looks"]] == [4, 6, 8]
-    assert again["looks"] == first["looks"]
-    assert again["effects"]["n_pairs"] == 8
+    assert calls == [] and [k.pairs for k in again.looks] == [4, 6, 8]
+    assert again.looks == first.looks
+    assert again.effects.n_pairs == 8

@@ -32,6 +32,7 @@ import numpy as np
 from loopscale.design.paired import plan_pairs, read_base, variant_spec
 from loopscale.design.sequential import look_counts, look_sizes, simulations_for, spent
 from loopscale.errors import UserError
+from loopscale.fit.effect_results import PairedEffects, PricedLook, PricePlan, PriceResult
 from loopscale.fit.effect_rule import TEST_LEVEL
 from loopscale.fit.effects import analyse_pairs, pooled_cluster_sd
 from loopscale.recipes import RECIPES
@@ -103,12 +104,12 @@ def plan_price(settings: PriceSettings) -> dict:
     return plan
 
 
-def _look(settings: PriceSettings, plan: dict, variant, k: int) -> dict:
-    """Analyse the pairs of look ``k`` (0-based) at its size → (look summary, the effect document)."""
+def _look(settings: PriceSettings, plan: dict, variant, k: int) -> tuple[PricedLook, PairedEffects]:
+    """Analyse the pairs of look ``k`` (0-based) at its size → (the look, its effect models)."""
     pairs = plan["pairs"]
     n, size = pairs["counts"][k], pairs["sizes"][k]
     pooled = pooled_cluster_sd(plan["table"], variant, plan["fit"], plan["cluster_sd"], settings.prior_df)
-    noise = {"sd": plan["sigma_pair"], "cluster_sd": pooled["cluster_sd"], "df": plan["noise"].df}
+    noise = {"sd": plan["sigma_pair"], "cluster_sd": pooled.cluster_sd, "df": plan["noise"].df}
     effects = analyse_pairs(
         plan["table"],
         variant,
@@ -124,24 +125,23 @@ def _look(settings: PriceSettings, plan: dict, variant, k: int) -> dict:
     decided = bool(effects.chosen_terms)
     precise = settings.target is not None and half_width is not None and half_width <= settings.target
     last = k == len(pairs["counts"]) - 1
-    stop = "decided" if decided else "precise" if precise else "last look" if last else None
-    look = {
-        "look": k + 1,
-        "pairs": n,
-        "size": size,
-        "spent": spent(n / pairs["most"], settings.alpha),
-        "hours_planned": pairs["hours"][n - 1],
-        "chosen": effects.chosen,
-        "chosen_terms": list(effects.chosen_terms),
-        "delta_phi_half_width": half_width,
-        "cluster_sd": pooled,
-        "stop": stop,
-    }
+    look = PricedLook(
+        look=k + 1,
+        pairs=n,
+        size=size,
+        spent=spent(n / pairs["most"], settings.alpha),
+        hours_planned=pairs["hours"][n - 1],
+        chosen=effects.chosen,
+        chosen_terms=effects.chosen_terms,
+        delta_phi_half_width=half_width,
+        cluster_sd=pooled,
+        stop="decided" if decided else "precise" if precise else "last look" if last else None,
+    )
     return look, effects
 
 
-def price(settings: PriceSettings, echo=print) -> dict:
-    """The whole workflow (module docstring) → price.json's document."""
+def price(settings: PriceSettings, echo=print) -> PriceResult:
+    """The whole workflow (module docstring) → price.json's document (written after every look)."""
     from loopscale.config import from_dict
     from loopscale.data import prepare_default
     from loopscale.fit.table import load_table
@@ -166,15 +166,14 @@ def price(settings: PriceSettings, echo=print) -> dict:
         + f" (alpha {settings.alpha} spent by information fraction)"
     )
     data = None
-    base = os.path.relpath(settings.base, settings.out)  # published artefacts hold relative paths
-    doc: dict = {
-        "recipe": settings.recipe,
-        "base": base,
-        "settings": _settings_json(settings),
-        "plan": {k: v for k, v in pairs.items() if k != "order"},
-        "looks": [],
-        "effects": None,
-    }
+    result = PriceResult(
+        recipe=settings.recipe,
+        base=os.path.relpath(settings.base, settings.out),  # published artefacts hold relative paths
+        settings=_settings_json(settings),
+        plan=PricePlan.from_dict({k: v for k, v in pairs.items() if k != "order"}),
+        looks=(),
+        effects=None,
+    )
     for k, n in enumerate(pairs["counts"]):
         spec = from_dict(SweepSpec, variant_spec(plan, settings.recipe, name, runs=pairs["order"][:n]), name)
         if data is None:
@@ -196,19 +195,29 @@ def price(settings: PriceSettings, echo=print) -> dict:
                 "`loopscale price` with the same arguments to resume"
             )
         look, effects = _look(settings, plan, load_table(rows), k)
-        doc["looks"].append(look)
-        doc["effects"] = effects.to_dict()
-        atomic_write_json(settings.out / PRICE_FILE, doc)
+        result = dataclasses.replace(result, looks=(*result.looks, look), effects=effects)
+        atomic_write_json(settings.out / PRICE_FILE, result.to_dict())
         echo(
-            f"  look {k + 1}: {n} pairs at size {look['size']:.4f}: {effects.chosen}"
-            + (f" -> stop ({look['stop']})" if look["stop"] else "")
+            f"  look {k + 1}: {n} pairs at size {look.size:.4f}: {effects.chosen}"
+            + (f" -> stop ({look.stop})" if look.stop else "")
         )
-        if look["stop"]:
+        if look.stop:
             break
     from loopscale.report.price import write_price_report
 
-    echo(f"{name}: {write_price_report(doc, settings.out)}")
-    return doc
+    echo(f"{name}: {write_price_report(result, settings.out)}")
+    return result
+
+
+def read_price(path: Path) -> PriceResult:
+    """price.json as a ``PriceResult``; a file that is not one is a one-line UserError naming it."""
+    from loopscale.fit.results import RecordError
+    from loopscale.sweep.rundir import read_json
+
+    try:
+        return PriceResult.from_dict(read_json(path))
+    except RecordError as exc:
+        raise UserError(f"{path}: not a price.json loopscale reads ({exc}); rerun `loopscale price`") from exc
 
 
 def _settings_json(settings: PriceSettings) -> dict:

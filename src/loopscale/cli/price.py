@@ -44,11 +44,11 @@ def cmd_price(args: argparse.Namespace) -> int:
         check_output(args.data_root, "--data-root", folder=True, kind="data")
     require_input(args.reuse, "--reuse base sweep", folder=True)
     if args.render:
+        from loopscale.analysis.price import read_price
         from loopscale.report.price import write_price_report
-        from loopscale.sweep.rundir import read_json
 
         require_input(out / "price.json", "price.json in --out (run `loopscale price` first)", folder=False)
-        print(write_price_report(read_json(out / "price.json"), out))
+        print(write_price_report(read_price(out / "price.json"), out))
         return 0
     settings = PriceSettings(
         recipe=args.recipe,

@@ -10,7 +10,7 @@ nats (losses and their changes), units of φ (Δφ) or as named. No field holds 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from loopscale.fit.results import Record
 
@@ -277,3 +277,61 @@ class PairedEffects(Record):
 
     def shape(self, name: str) -> ShapeFit:
         return next(row for row in self.shapes if row.shape == name)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A recipe priced in looks (``analysis.price``; price.json)
+
+
+@dataclass(frozen=True)
+class PooledClusterSd(Record):
+    """The pairs' (r, width) sd (nats) learnt from the pairs so far with the base law's misfit as a prior
+    worth ``prior_df`` clusters (``fit.effects.pooled_cluster_sd``); ``estimate``: the pairs' own (None
+    where no cluster holds two pairs)."""
+
+    cluster_sd: float
+    estimate: float | None
+    df: int
+    prior_sd: float
+    prior_df: float
+
+
+@dataclass(frozen=True)
+class PricedLook(Record):
+    """One look of ``price``: the pairs analysed, the test size spent, the hours the plan had reached, what
+    the rule named, Δφ's half-width, the pooled noise, and why the looks stopped here (None: they went on)."""
+
+    look: int
+    pairs: int
+    size: float
+    spent: float
+    hours_planned: float
+    chosen: EffectModel
+    chosen_terms: tuple[Term, ...]
+    delta_phi_half_width: float | None
+    cluster_sd: PooledClusterSd
+    stop: Literal["decided", "precise", "last look"] | None
+
+
+@dataclass(frozen=True)
+class PricePlan(Record):
+    """The looks planned: at most ``most`` pairs within the hour cap, a look after each count of pairs in
+    ``counts`` at its test size, and the planned hours each pair reaches."""
+
+    most: int
+    counts: tuple[int, ...]
+    sizes: tuple[float, ...]
+    hours: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class PriceResult(Record):
+    """price.json: the recipe, its base (relative path), the settings (paths relative to the folder), the
+    plan, every look so far and the last look's effect models."""
+
+    recipe: str
+    base: str
+    settings: dict[str, Any]
+    plan: PricePlan
+    looks: tuple[PricedLook, ...]
+    effects: PairedEffects | None

@@ -41,7 +41,7 @@ import numpy as np
 
 from loopscale.errors import UserError
 from loopscale.fit.bootstrap import random_effects_bootstrap
-from loopscale.fit.effect_results import PairedEffects
+from loopscale.fit.effect_results import PairedEffects, PooledClusterSd
 from loopscale.fit.effect_rule import (
     TERMS,
     TEST_LEVEL,
@@ -555,12 +555,12 @@ def _per_width(pairs: Pairs, change, excess) -> list[dict]:
 
 def pooled_cluster_sd(
     base_table: RunTable, variant_table: RunTable, fit: LawFit, prior_sd: float, prior_df: float
-) -> dict:
+) -> PooledClusterSd:
     """The pairs' (r, width) cluster sd (nats) learnt from the pairs run so far with ``prior_sd`` (the base
     law's own misfit per (r, width)) as a prior worth ``prior_df`` clusters: τ² = (ν₀τ₀² + ν·τ̂²)/(ν₀ + ν),
     τ̂² the moment estimate from the residuals of ``offset + delta phi`` (``offset`` with one looped r) and
     ν = G − 1 where the clusters hold replicate pairs to tell a cluster from an iid error (else 0: the prior
-    alone). → {"cluster_sd", "estimate" (None where ν = 0), "df", "prior_sd", "prior_df"}."""
+    alone). ``estimate`` is None where ν = 0."""
     pairs = match_pairs(base_table, variant_table)
     law = base_law(fit, base_table, pairs, 0, 0)
     excess = pairs.change - law.token_part(law.theta)[0]
@@ -572,8 +572,13 @@ def pooled_cluster_sd(
     df = groups - 1 if len(pairs) > groups else 0
     estimate = noise_components(resid, pairs.cluster, x.shape[1])["cluster"] if df else None
     pooled = (prior_df * prior_sd**2 + (df * estimate if df else 0.0)) / (prior_df + df)
-    return {"cluster_sd": math.sqrt(pooled), "estimate": None if estimate is None else math.sqrt(estimate),
-            "df": df, "prior_sd": prior_sd, "prior_df": prior_df}  # fmt: skip
+    return PooledClusterSd(
+        cluster_sd=math.sqrt(pooled),
+        estimate=None if estimate is None else math.sqrt(estimate),
+        df=df,
+        prior_sd=prior_sd,
+        prior_df=prior_df,
+    )
 
 
 def with_base_fit(base_table: RunTable, form: str, restarts: int, seed: int) -> LawFit:

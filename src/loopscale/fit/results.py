@@ -76,6 +76,8 @@ def _encode(value: Any) -> Any:
 
 
 def _decode(tp: Any, value: Any, where: str) -> Any:
+    if tp is Any:  # a JSON value kept as it is (settings echoed back)
+        return value
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:

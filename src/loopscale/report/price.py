@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loopscale.fit.effect_results import PairedEffects
+from loopscale.fit.effect_results import PairedEffects, PooledClusterSd, PriceResult
 from loopscale.io import atomic_write_text
 from loopscale.present.case_study_figures import EffectsDisplay, ExcessByWidthDisplay
 from loopscale.present.effect_text import effect_sentence
@@ -14,45 +14,45 @@ from loopscale.report.document import Document, Image, Section, Table
 from loopscale.report.figures import caption
 
 
-def verdict(doc: dict) -> str:
+def verdict(result: PriceResult) -> str:
     """The price's first line: what the pairs name at the last look, and how the looks ended."""
-    e, last = PairedEffects.from_dict(doc["effects"]), doc["looks"][-1]
+    e, last = result.effects, result.looks[-1]
     ended = {
         "decided": "stopped as soon as an effect was named",
         "precise": "stopped at the target precision of delta phi",
         "last look": "the plan's last look: its hour cap or its cells ran out",
-    }[last["stop"]]
+    }[last.stop]
     return (
-        f"{doc['recipe']}: {effect_sentence(e)}; {last['pairs']} pairs, look {last['look']} of "
-        f"{len(doc['plan']['counts'])} ({ended}); tests at size {last['size']:.4f} of alpha "
-        f"{doc['settings']['alpha']} spent over the looks, intervals at {100 * e.ci_level:.1f}%; "
-        f"{noise_text(e, last['cluster_sd'])}"
+        f"{result.recipe}: {effect_sentence(e)}; {last.pairs} pairs, look {last.look} of "
+        f"{len(result.plan.counts)} ({ended}); tests at size {last.size:.4f} of alpha "
+        f"{result.settings['alpha']} spent over the looks, intervals at {100 * e.ci_level:.1f}%; "
+        f"{noise_text(e, last.cluster_sd)}"
     )
 
 
-def noise_text(e: PairedEffects, pooled: dict) -> str:
+def noise_text(e: PairedEffects, pooled: PooledClusterSd) -> str:
     """The pairs' errors as ``price`` took them: the base's seed noise and the (r, width) sd learnt from
     the pairs with the base law's misfit as a prior (``fit.effects.pooled_cluster_sd``)."""
     err = e.errors
     pair = f"errors: pair sd {err.sd:.4f} nats (the base's seed noise, {err.df} df)"
-    cluster = f"an (r, width) sd {pooled['cluster_sd']:.4f} nats"
-    if pooled["estimate"] is None:
+    cluster = f"an (r, width) sd {pooled.cluster_sd:.4f} nats"
+    if pooled.estimate is None:
         return (
             f"{pair} and {cluster}, the base law's own misfit (the pairs cannot estimate it yet: no (r, "
             "width) cluster holds two)"
         )
     return (
-        f"{pair} and {cluster}: the pairs' own {pooled['estimate']:.4f} on {pooled['df']} df pooled with "
-        f"the base law's misfit {pooled['prior_sd']:.4f} as a prior worth {pooled['prior_df']:g} clusters"
+        f"{pair} and {cluster}: the pairs' own {pooled.estimate:.4f} on {pooled.df} df pooled with "
+        f"the base law's misfit {pooled.prior_sd:.4f} as a prior worth {pooled.prior_df:g} clusters"
     )
 
 
-def write_price_report(doc: dict, out: Path) -> Path:
+def write_price_report(result: PriceResult, out: Path) -> Path:
     """report.md and report.html in ``out`` with the figure beside them → report.md's path."""
-    effects = PairedEffects.from_dict(doc["effects"])
+    effects = result.effects
     figures = [
-        EffectsDisplay.from_result(effects, doc["recipe"]).plot().save(out / "loss_change_by_r"),
-        ExcessByWidthDisplay.from_result(effects, doc["recipe"]).plot().save(out / "excess_by_width"),
+        EffectsDisplay.from_result(effects, result.recipe).plot().save(out / "loss_change_by_r"),
+        ExcessByWidthDisplay.from_result(effects, result.recipe).plot().save(out / "excess_by_width"),
     ]
     looks = Table(
         [
@@ -68,24 +68,24 @@ def write_price_report(doc: dict, out: Path) -> Path:
         ],
         [
             [
-                str(k["look"]),
-                str(k["pairs"]),
-                f"{k['size']:.4f}",
-                f"{k['spent']:.4f}",
-                f"{k['hours_planned']:.2f}",
-                k["chosen"],
-                "–" if k["delta_phi_half_width"] is None else f"{k['delta_phi_half_width']:.3f}",
-                f"{k['cluster_sd']['cluster_sd']:.4f} / "
-                + ("–" if k["cluster_sd"]["estimate"] is None else f"{k['cluster_sd']['estimate']:.4f}")
-                + f" ({k['cluster_sd']['df']})",
-                k["stop"] or "",
+                str(k.look),
+                str(k.pairs),
+                f"{k.size:.4f}",
+                f"{k.spent:.4f}",
+                f"{k.hours_planned:.2f}",
+                k.chosen,
+                "–" if k.delta_phi_half_width is None else f"{k.delta_phi_half_width:.3f}",
+                f"{k.cluster_sd.cluster_sd:.4f} / "
+                + ("–" if k.cluster_sd.estimate is None else f"{k.cluster_sd.estimate:.4f}")
+                + f" ({k.cluster_sd.df})",
+                k.stop or "",
             ]
-            for k in doc["looks"]
+            for k in result.looks
         ],
     )
     report = Document(
-        title=f"Price of {doc['recipe']} against {doc['base']}",
-        lead=[f"**{verdict(doc)}**"],
+        title=f"Price of {result.recipe} against {result.base}",
+        lead=[f"**{verdict(result)}**"],
         key_figures=[Image(figure, caption(figure)) for figure in figures],
         sections=[
             Section(
@@ -97,9 +97,7 @@ def write_price_report(doc: dict, out: Path) -> Path:
                     looks,
                 ],
             ),
-            Section(
-                "Is it φ? The pairs at the last look", effect_blocks(PairedEffects.from_dict(doc["effects"]))
-            ),
+            Section("Is it φ? The pairs at the last look", effect_blocks(effects)),
         ],
     )
     atomic_write_text(out / "report.md", report.markdown(out))
