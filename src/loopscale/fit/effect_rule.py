@@ -40,6 +40,8 @@ import numpy as np
 from scipy.stats import chi2
 from scipy.stats import t as t_dist
 
+from loopscale.fit.effect_results import Calibration
+
 TERMS = ("every", "offset", "delta_phi")  # a constant on every pair, a constant on looped pairs, Δφ
 TERM_LABELS = {"every": "every model", "offset": "offset", "delta_phi": "delta phi"}
 TOKENS_ONLY = "tokens only"
@@ -303,7 +305,9 @@ def truths(available: tuple[str, ...], fitted: dict) -> list[dict]:
     return rows
 
 
-def calibrate(sim: Simulator, rule: Rule, fitted: dict, count: int, rng: np.random.Generator) -> dict:
+def calibrate(
+    sim: Simulator, rule: Rule, fitted: dict, count: int, rng: np.random.Generator
+) -> dict[str, Calibration]:
     """What the rule says when each row of ``truths`` is the truth, on ``count`` simulated tables: the share
     per chosen model, wrong attribution (a term named that the truth does not have), disagreement (a named
     term whose printed interval, estimate ± c·SE, holds 0: the rule and its interval at odds), power (the
@@ -335,16 +339,16 @@ def calibrate(sim: Simulator, rule: Rule, fitted: dict, count: int, rng: np.rand
                 c = rule.term[true_terms][t]
                 coverage[t] = float(np.mean(np.abs(beta[:, j] - row["truth"][t]) <= c * se[:, j]))
         true_name = model_name(tuple(row["truth"]))
-        out[row["label"]] = {
-            "model": true_name,
-            "truth": dict(row["truth"]),
-            "chosen": {name: float(np.mean(chosen == name)) for name in names},
-            "wrong_attribution": float(wrong.mean()),
-            "disagreement": float(disagree.mean()),
-            "power": float(np.mean(chosen == true_name)),
-            "term_power": {t: float(named[t].mean()) for t in row["truth"] if t in named},
-            "coverage": coverage,
-        }
+        out[row["label"]] = Calibration(
+            model=true_name,
+            truth=dict(row["truth"]),
+            chosen={name: float(np.mean(chosen == name)) for name in names},
+            wrong_attribution=float(wrong.mean()),
+            disagreement=float(disagree.mean()),
+            power=float(np.mean(chosen == true_name)),
+            term_power={t: float(named[t].mean()) for t in row["truth"] if t in named},
+            coverage=coverage,
+        )
     return out
 
 

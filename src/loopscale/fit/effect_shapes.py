@@ -21,12 +21,14 @@ offset and Δφ; this table says which law parameter an effect could move, if an
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 from scipy.stats import f as f_dist
 from scipy.stats import t as t_dist
 
+from loopscale.fit.effect_results import ScopeTrends, ShapeFit, SlopeDifference, WidthTrend
 from loopscale.fit.effect_rule import cluster_robust, least_squares, t_critical
 
 SHAPE_LEVEL = 0.01  # lack of fit below this: the shape does not describe the pairs
@@ -38,7 +40,7 @@ def width_trend(
     token_fit: np.ndarray,
     token_draws: np.ndarray,
     looped: bool | None = None,
-) -> dict | None:
+) -> WidthTrend | None:
     """Slope of ``values``' (r, width) cluster means on log₁₀ width (nats per decade of width), over every
     cluster or only the looped (``looped`` True) or plain (False) ones: OLS on the cluster means, SE² =
     their residual variance's + the variance of the slope across the base law's draws (the token part's
@@ -64,44 +66,42 @@ def width_trend(
     base = slopes(token_fit - token_draws)[0] if len(token_draws) > 1 else np.zeros(1)
     se = math.sqrt(se_ls**2 + float(np.var(base, ddof=1) if len(base) > 1 else 0.0))
     c = t_critical(df)
-    return {
-        "slope": float(slope),
-        "se": se,
-        "se_base_law": float(np.std(base, ddof=1)) if len(base) > 1 else 0.0,
-        "df": df,
-        "ci": [float(slope - c * se), float(slope + c * se)],
-        "p": float(2 * t_dist.sf(abs(slope) / max(se, 1e-300), max(df, 1))),
-        "varies": bool(abs(slope) > c * se),
-        "explained": float(1 - (left @ left) / max(float(np.sum((means - means.mean()) ** 2)), 1e-300)),
-    }
+    return WidthTrend(
+        slope=float(slope),
+        se=se,
+        se_base_law=float(np.std(base, ddof=1)) if len(base) > 1 else 0.0,
+        df=df,
+        ci=(float(slope - c * se), float(slope + c * se)),
+        p=float(2 * t_dist.sf(abs(slope) / max(se, 1e-300), max(df, 1))),
+        varies=bool(abs(slope) > c * se),
+        explained=float(1 - (left @ left) / max(float(np.sum((means - means.mean()) ** 2)), 1e-300)),
+    )
 
 
-def scope_trends(pairs, excess: np.ndarray, token_fit: np.ndarray, token_draws: np.ndarray) -> dict:
+def scope_trends(pairs, excess: np.ndarray, token_fit: np.ndarray, token_draws: np.ndarray) -> ScopeTrends:
     """With r = 1 pairs: the excess's slope along width for plain and for looped models, and the difference
     (plain − looped; SE² the sum, t on the smaller df): whether the recipe changes plain models with size,
     and whether more than looped ones. Empty without r = 1 pairs."""
     if pairs.looped.all():
-        return {}
-    out = {
-        scope: width_trend(pairs, excess, token_fit, token_draws, looped)
-        for scope, looped in (("plain", False), ("looped", True))
-    }
-    if out["plain"] and out["looped"]:
-        p, q = out["plain"], out["looped"]
-        diff, se, df = p["slope"] - q["slope"], math.hypot(p["se"], q["se"]), min(p["df"], q["df"])
+        return ScopeTrends()
+    plain = width_trend(pairs, excess, token_fit, token_draws, False)
+    looped = width_trend(pairs, excess, token_fit, token_draws, True)
+    difference = None
+    if plain and looped:
+        diff, se, df = plain.slope - looped.slope, math.hypot(plain.se, looped.se), min(plain.df, looped.df)
         c = t_critical(df)
-        out["difference"] = {"slope": diff, "se": se, "df": df, "ci": [diff - c * se, diff + c * se],
-                             "varies": bool(abs(diff) > c * se)}  # fmt: skip
-    return out
+        difference = SlopeDifference(slope=diff, se=se, df=df, ci=(diff - c * se, diff + c * se),
+                                     varies=bool(abs(diff) > c * se))  # fmt: skip
+    return ScopeTrends(plain=plain, looped=looped, difference=difference)
 
 
 def shape_table(
     pairs, excess: np.ndarray, excess_draws: np.ndarray, draw_columns: dict, columns: dict[str, np.ndarray]
-) -> list[dict]:
+) -> list[ShapeFit]:
     """Each one-parameter shape of ``columns`` {name: column [n] under the base law's fit} (and ``width
-    slope``) fitted alone to the pairs' excess → rows {"shape", "estimate", "se", "ci", "lack_of_fit_p",
-    "consistent"} (module docstring). SE² = the CR1 variance + the variance of the estimate refitted under
-    each base-law draw (``excess_draws`` [K, n], ``draw_columns`` {name: [K, n]}), as the effect models'."""
+    slope``) fitted alone to the pairs' excess (module docstring). SE² = the CR1 variance + the variance
+    of the estimate refitted under each base-law draw (``excess_draws`` [K, n], ``draw_columns`` {name:
+    [K, n]}), as the effect models'."""
     width = np.log10(pairs.base.width)
     looped = pairs.looped.astype(float)
     slope = looped * (width - width[pairs.looped].mean())
@@ -129,21 +129,25 @@ def shape_table(
         if df_b > 0 and df_w > 0 and within > 0:
             ratio = float(np.sum(counts * means**2)) / df_b / (within / df_w)
             p = float(f_dist.sf(ratio, df_b, df_w))
-        ci = [float(beta[-1] - c * se), float(beta[-1] + c * se)]
+        ci = (float(beta[-1] - c * se), float(beta[-1] + c * se))
         consistent = None if p is None else bool(p >= SHAPE_LEVEL)
-        rows.append({"shape": name, "estimate": float(beta[-1]), "se": se, "ci": ci, "lack_of_fit_p": p,
-                     "consistent": consistent})  # fmt: skip
+        rows.append(ShapeFit(shape=name, estimate=float(beta[-1]), se=se, ci=ci, lack_of_fit_p=p,
+                             consistent=consistent))  # fmt: skip
     return rows
 
 
-def add_multipliers(shapes: list[dict], alpha: float, beta: float) -> None:
-    """Adds "multiplier" [m, lo, hi] to the N and D multiplier rows of ``shapes``: the slope along
-    ∂L̂/∂ln m (the row's estimate and interval ends) inverted exactly, with the base law's α and β."""
+def with_multipliers(shapes: list[ShapeFit], alpha: float, beta: float) -> list[ShapeFit]:
+    """``shapes`` with the N and D multiplier rows' ``multiplier`` (m, lo, hi): the slope along ∂L̂/∂ln m
+    (the row's estimate and interval ends) inverted exactly, with the base law's α and β."""
     exponents = {"N multiplier": alpha, "D multiplier": beta}
-    for row in shapes:
-        if row["shape"] in exponents:
-            k = exponents[row["shape"]]
-            row["multiplier"] = [_multiplier(v, k) for v in (row["estimate"], *row["ci"])]
+    return [
+        dataclasses.replace(
+            row, multiplier=tuple(_multiplier(v, exponents[row.shape]) for v in (row.estimate, *row.ci))
+        )
+        if row.shape in exponents
+        else row
+        for row in shapes
+    ]
 
 
 def _multiplier(slope: float, exponent: float) -> float | None:
@@ -153,7 +157,7 @@ def _multiplier(slope: float, exponent: float) -> float | None:
     return base ** (-1.0 / exponent) if base > 0 and exponent > 0 else None
 
 
-def also_consistent(chosen_terms, shapes: list[dict]) -> list[str]:
+def also_consistent(chosen_terms, shapes: list[ShapeFit]) -> list[str]:
     """The multipliers (N or D: a compute, parameter or data gain) that describe the pairs as well as the
     model the rule named: where it named any term, each multiplier shape whose lack of fit passes (p ≥
     ``SHAPE_LEVEL``) and whose interval excludes 0. The rule's terms hold no multiplier; a recipe that buys
@@ -162,9 +166,9 @@ def also_consistent(chosen_terms, shapes: list[dict]) -> list[str]:
     if not chosen_terms:
         return []
     return [
-        row["shape"]
+        row.shape
         for row in shapes
-        if row["shape"] in ("N multiplier", "D multiplier")
-        and row["consistent"]
-        and not row["ci"][0] <= 0.0 <= row["ci"][1]
+        if row.shape in ("N multiplier", "D multiplier")
+        and row.consistent
+        and not row.ci[0] <= 0.0 <= row.ci[1]
     ]

@@ -41,7 +41,7 @@ import numpy as np
 
 from loopscale.errors import UserError
 from loopscale.fit.bootstrap import random_effects_bootstrap
-from loopscale.fit.effect_results import PairedEffects, PooledClusterSd
+from loopscale.fit.effect_results import PairedEffects, PooledClusterSd, Separability
 from loopscale.fit.effect_rule import (
     TERMS,
     TEST_LEVEL,
@@ -60,11 +60,11 @@ from loopscale.fit.effect_rule import (
     wild_cluster_p,
 )
 from loopscale.fit.effect_shapes import (
-    add_multipliers,
     also_consistent,
     scope_trends,
     shape_table,
     width_trend,
+    with_multipliers,
 )
 from loopscale.fit.fitter import LawFit, design_for
 from loopscale.fit.law import PARAMS, PHI, log_prediction
@@ -249,7 +249,7 @@ def _contributions(m: dict, terms, law: BaseLaw, looped: np.ndarray) -> dict[str
     return {t: parts[t] for t in terms}
 
 
-def separability(pairs: Pairs, slope: np.ndarray) -> dict:
+def separability(pairs: Pairs, slope: np.ndarray) -> Separability:
     """Whether this design tells an offset from Δφ: the looped r it holds, the cosine of the two columns
     over the looped pairs and the condition number of the pair of unit columns."""
     looped = pairs.looped
@@ -258,14 +258,14 @@ def separability(pairs: Pairs, slope: np.ndarray) -> dict:
     cosine = float(abs(g.sum()) / math.sqrt(max(len(g) * float(np.sum(g**2)), 1e-300)))
     condition = math.sqrt((1 + cosine) / max(1 - cosine, 1e-300))
     reason = "one looped r" if len(rs) < 2 else ("collinear" if cosine > SEPARABLE_COS else None)
-    return {
-        "separable": reason is None,
-        "reason": reason,
-        "looped_r": rs,
-        "cosine": cosine,
-        "condition": condition,
-        "bound": SEPARABLE_COS,
-    }
+    return Separability(
+        separable=reason is None,
+        reason=reason,
+        looped_r=tuple(rs),
+        cosine=cosine,
+        condition=condition,
+        bound=SEPARABLE_COS,
+    )
 
 
 def _public(m: dict) -> dict:
@@ -311,7 +311,7 @@ def analyse_pairs(
     slope_fit = law.phi_slope(law.theta)[0]
     split = separability(pairs, slope_fit)
     terms = (("every",) if np.any(~looped) else ()) + ("offset", "delta_phi")
-    available = tuple(t for t in terms if t != "delta_phi" or split["separable"])
+    available = tuple(t for t in terms if t != "delta_phi" or split.separable)
     token_draws = law.token_part(law.draws)
     fits = {m: _fit_effect(m, excess, law, law.theta, looped) for m in [(), *submodels(terms)]}
     full = fits[terms]
@@ -392,7 +392,8 @@ def analyse_pairs(
             "D multiplier": law.log_slope(law.theta, "d")[0],
         },
     )
-    add_multipliers(shapes, alpha=float(np.ravel(law.theta)[3]), beta=float(np.ravel(law.theta)[4]))
+    alpha, beta = (float(v) for v in np.ravel(law.theta)[3:5])
+    shapes = with_multipliers(shapes, alpha, beta)
     wild = None
     if seed_noise is None:  # a second opinion on the rule's tests of the full model's terms (CR1 only)
         x = sim.columns(available, slope_fit)
@@ -565,7 +566,7 @@ def pooled_cluster_sd(
     law = base_law(fit, base_table, pairs, 0, 0)
     excess = pairs.change - law.token_part(law.theta)[0]
     slope = law.phi_slope(law.theta)[0]
-    columns = [np.ones(len(excess))] + ([slope] if separability(pairs, slope)["separable"] else [])
+    columns = [np.ones(len(excess))] + ([slope] if separability(pairs, slope).separable else [])
     x = np.column_stack(columns)
     resid = excess - x @ np.linalg.lstsq(x, excess, rcond=None)[0]
     groups = len(pairs.cluster_keys)

@@ -107,7 +107,7 @@ def _decode(tp: Any, value: Any, where: str) -> Any:
             raise RecordError(f"{where}: expected a mapping, got {type(value).__name__}")
         return {str(k): _decode(args[1], v, f"{where}.{k}") for k, v in value.items()}
     if isinstance(tp, type) and issubclass(tp, Record):
-        return tp.from_dict(value, where)
+        return value if isinstance(value, tp) else tp.from_dict(value, where)
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise RecordError(f"{where}: expected a number, got {value!r}")
