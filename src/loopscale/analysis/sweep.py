@@ -268,9 +268,12 @@ def analysis_of_report(folder: str | Path, sweep_dir: str | Path) -> SweepAnalys
         warnings.simplefilter("ignore", SkippedRunsWarning)
         table = load_table(rows)
 
+    # the figures the folder's report shows (a figure left in plots/ by another command is not the fit's)
+    shown = (folder / "report.md").read_text() if (folder / "report.md").is_file() else None
+
     def present(*names: str) -> list[str]:
         paths = [f"{FIGURE_DIR}/{name}.png" for name in names]
-        return [path for path in paths if (folder / path).is_file()]
+        return [path for path in paths if (folder / path).is_file() and (shown is None or path in shown)]
 
     case = present("loss_change_by_r", "excess_by_width", "delta_phi_per_budget") if compare else []
     analysis = SweepAnalysis(
