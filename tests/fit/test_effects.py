@@ -334,3 +334,22 @@ def test_a_data_multiplier_is_named_beside_the_constant_it_looks_like(seed):
     m, lo, hi = doc.shape("D multiplier").multiplier  # the slope inverted exactly, not read as ln m
     assert lo < 1.5 < hi and m == pytest.approx(1.5, abs=0.1)
     assert "or, as well on this design, a data multiplier D x 1." in effect_sentence(doc)
+
+
+def test_a_tokens_only_verdict_claims_no_more_than_its_test():
+    """Sampled depth (published, 21 pairs): the excess beyond tokens has p = 0.015, above the last look's
+    size 0.0012: nothing is named, and the verdict does not say the base law accounts for the change (the
+    r = 2 pairs sit 0.019 nats above it). Truncated BPTT (p = 0.25) says it does."""
+    import json
+
+    sampled = PairedEffects.from_dict(
+        json.loads((RESULTS / "laptop-sampled-depth" / "price.json").read_text())["effects"]
+    )
+    said = effect_sentence(sampled)
+    assert sampled.chosen == "tokens only" and 0.0012 < sampled.tests["any"].p < 0.05
+    assert "not named at this test's size 0.0012 (p = 0.015), nor ruled out" in said
+    assert "is what the base law predicts" not in said and said.startswith("no effect named beyond")
+    truncated = PairedEffects.from_dict(
+        json.loads((RESULTS / "laptop-truncated-bptt" / "compare.json").read_text())["effects"]
+    )
+    assert "is what the base law predicts from its N and D" in effect_sentence(truncated)

@@ -10,6 +10,9 @@ import numpy as np
 from loopscale.fit.effect_results import ModelFit, PairedEffects
 from loopscale.present.numbers import interval
 
+# An excess-beyond-tokens p below this, though above the test's size, is not named and not called absent
+SUGGESTIVE = 0.05
+
 
 def p_text(p) -> str:
     return "p n/a" if p is None or not math.isfinite(p) else (f"p = {p:.2g}" if p >= 1e-4 else "p < 1e-4")
@@ -114,11 +117,20 @@ def effect_sentence(e: PairedEffects) -> str:
             f"a token gain, not a change of phi: at the same FLOPs it trains on {ratio:.2f}x the tokens, "
             "and the "
             if abs(ratio - 1) > 0.05
+            else "no effect named beyond what N and D predict: the "
+            if e.tests["any"].p < SUGGESTIVE
             else "no effect beyond what N and D predict: the "
         )
         left = f"; but the excess left is {shape}" if varies else ""
         tail = f"; delta phi {dphi}" if separable else f"; {_not_separable(e)}"
-        said = f"{what}{profile} is what the base law predicts from its N and D ({predicted})"
+        any_p, size = e.tests["any"].p, 1 - e.ci_level
+        if any_p < SUGGESTIVE:  # not named at this size, but no claim that the law accounts for all of it
+            said = (
+                f"{what}{profile} against {predicted} that the base law predicts from its N and D: an excess "
+                f"beyond them is not named at this test's size {size:.2g} (p = {any_p:.2g}), nor ruled out"
+            )
+        else:
+            said = f"{what}{profile} is what the base law predicts from its N and D ({predicted})"
         return f"{said}{left} {tested}{tail}{anchors}"
     if e.chosen == "excess not attributed":
         looped_mean = _term(models["offset"], "offset", " nats")
