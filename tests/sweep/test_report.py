@@ -759,14 +759,21 @@ def test_report_from_its_analysis_renders_the_same_page_without_a_fit(reported_l
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["report", "--from", "{tmp}/nowhere/analysis.json"], "no such file"),
-        (["report", "--from", "{tmp}/bad.json"], "not a loopscale analysis.json"),
+        (["report", "--from", "{tmp}/report/nowhere.json"], "no such file"),
+        (["report", "--from", "{tmp}/report/bad.json"], "not a loopscale analysis.json"),
+        (["report", "--from", "{tmp}/theirs/analysis.json"], "not created by loopscale"),
         (["report"], "give a SWEEP_DIR to analyse, or --from"),
-        (["report", "{tmp}", "--from", "{tmp}/bad.json"], "give no SWEEP_DIR or --out"),
+        (["report", "{tmp}", "--from", "{tmp}/report/bad.json"], "give no SWEEP_DIR or --out"),
     ],
 )
 def test_report_from_bad_input_is_one_line(tmp_path, argv, message):
-    (tmp_path / "bad.json").write_text('{"schema": 0}')
+    from loopscale.io import claim_folder
+
+    (tmp_path / "report").mkdir()
+    claim_folder(tmp_path / "report", "report")
+    (tmp_path / "report" / "bad.json").write_text('{"schema": 0}')
+    (tmp_path / "theirs").mkdir()  # a folder of the user's: --from would rewrite report.md there
+    (tmp_path / "theirs" / "analysis.json").write_text("{}")
     code, out, err = _cli([a.replace("{tmp}", str(tmp_path)) for a in argv])
     assert code == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1
 

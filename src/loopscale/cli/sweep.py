@@ -327,7 +327,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         from loopscale.analysis.sweep import read_analysis
         from loopscale.report import render_report
 
-        analysis, folder = read_analysis(args.from_analysis)
+        source = args.from_analysis
+        folder = source if source.is_dir() else source.parent
+        check_output(folder, "--from", folder=True, kind="report")  # it rewrites report.md/html there
+        analysis, folder = read_analysis(source)
         report = render_report(analysis, folder)
         print(f"{report.summary_line} → {report.html}")
         return 0
