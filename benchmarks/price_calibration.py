@@ -71,11 +71,11 @@ def main() -> None:
         ):
             result = sequential_calibration(sim, counts, sizes, available, fitted, truth, args.sequences,
                                             np.random.default_rng(7))  # fmt: skip
-            out["truths"][label][plan_name] = result
-            cover = "–" if result["coverage"] is None else f"{result['coverage']:.3f}"
+            out["truths"][label][plan_name] = result.to_dict()
+            cover = "–" if result.coverage is None else f"{result.coverage:.3f}"
             print(
-                f"{label:16s} {plan_name:21s} wrong {result['wrong']:.3f}  interval holds 0 "
-                f"{result['disagreement']:.3f}  coverage {cover}  chosen {result['chosen']}  "
+                f"{label:16s} {plan_name:21s} wrong {result.wrong:.3f}  interval holds 0 "
+                f"{result.disagreement:.3f}  coverage {cover}  chosen {result.chosen}  "
                 f"({time.perf_counter() - start:.0f} s)",
                 flush=True,
             )

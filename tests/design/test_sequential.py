@@ -59,8 +59,8 @@ def test_spending_keeps_false_attribution_down_where_the_full_alpha_at_every_loo
     rates = {}
     for name, sizes in (("spent", look_sizes(counts, 16, 0.04)), ("full", [0.04] * len(counts))):
         out = sequential_calibration(sim, counts, sizes, available, fitted, {}, 400, np.random.default_rng(3))
-        assert out["disagreement"] == 0.0 and out["coverage"] is None
-        rates[name] = out["wrong"]
+        assert out.disagreement == 0.0 and out.coverage is None
+        rates[name] = out.wrong
     assert rates["spent"] <= 0.065 and rates["full"] > rates["spent"]
 
 

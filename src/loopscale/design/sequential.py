@@ -26,6 +26,7 @@ import math
 
 import numpy as np
 
+from loopscale.fit.effect_results import SequentialCalibration
 from loopscale.fit.effect_rule import (
     TOKENS_ONLY,
     UNATTRIBUTED,
@@ -67,14 +68,11 @@ def simulations_for(size: float, least: int = 2000, tail: int = 40) -> int:
 def sequential_calibration(
     sim: Simulator, counts: list[int], sizes: list[float], available, fitted: dict, truth: dict, count: int,
     rng: np.random.Generator,
-) -> dict:  # fmt: skip
+) -> SequentialCalibration:  # fmt: skip
     """The stopping rule in the loop, on ``count`` simulated sequences of pairs with ``truth`` {term: value}:
     each sequence is one draw of the errors of every planned pair (``sim`` holds all of them, in plan
     order); look k reads its first ``counts[k]`` pairs with the rule calibrated at ``sizes[k]`` (``fitted``:
-    the null truths' coefficients) and the sequence stops at the first look that names a term. → {"stopped_at"
-    (share per look), "chosen" (share per model at the stop), "wrong" (a term named that the truth lacks),
-    "disagreement" (a named term whose interval holds 0), "coverage" (the true model's intervals holding the
-    true values at the stopping look; None for no effect)}."""
+    the null truths' coefficients) and the sequence stops at the first look that names a term."""
     change, pick = sim.tables(truth, count, rng)
     stopped = np.full(count, -1)
     chosen = np.full(count, "", dtype=object)
@@ -100,10 +98,10 @@ def sequential_calibration(
             if m == true_terms:
                 covered |= ends & (np.abs(beta - np.array([truth[t] for t in m])) <= crit * se).all(axis=1)
         stopped[ends], chosen[ends] = k, names[ends]
-    return {
-        "stopped_at": [float(np.mean(stopped == k)) for k in range(len(counts))],
-        "chosen": {name: float(np.mean(chosen == name)) for name in sorted(set(chosen.tolist()))},
-        "wrong": float(wrong.mean()),
-        "disagreement": float(disagree.mean()),
-        "coverage": float(covered.mean()) if true_terms else None,
-    }
+    return SequentialCalibration(
+        stopped_at=tuple(float(np.mean(stopped == k)) for k in range(len(counts))),
+        chosen={name: float(np.mean(chosen == name)) for name in sorted(set(chosen.tolist()))},
+        wrong=float(wrong.mean()),
+        disagreement=float(disagree.mean()),
+        coverage=float(covered.mean()) if true_terms else None,
+    )

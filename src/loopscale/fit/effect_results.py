@@ -314,6 +314,20 @@ class PricedLook(Record):
 
 
 @dataclass(frozen=True)
+class SequentialCalibration(Record):
+    """The stopping rule in the loop on simulated sequences (``design.sequential.sequential_calibration``):
+    the share stopping at each look, naming each model at the stop, naming a term the truth lacks
+    (``wrong``), naming a term whose interval holds 0 (``disagreement``), and the true model's intervals
+    holding the truth at the stop (``coverage``; None for no effect)."""
+
+    stopped_at: tuple[float, ...]
+    chosen: dict[str, float]
+    wrong: float
+    disagreement: float
+    coverage: float | None
+
+
+@dataclass(frozen=True)
 class PricePlan(Record):
     """The looks planned: at most ``most`` pairs within the hour cap, a look after each count of pairs in
     ``counts`` at its test size, and the planned hours each pair reaches."""
