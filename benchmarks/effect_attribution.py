@@ -95,7 +95,7 @@ def main() -> None:
     for label, effect in EFFECTS.items():
         if args.effects and label not in args.effects:
             continue
-        chosen, wrong, wrong_alone, named, disagree, varies, shapes = [], 0, 0, 0, 0, 0, {}
+        chosen, wrong, wrong_alone, named, disagree, varies, shapes, beside = [], 0, 0, 0, 0, 0, {}, 0
         truth = {TRUE_SHAPES[k] for k in effect if k in TRUE_SHAPES}
         for seed in range(args.arms):
             variant = variant_arm(base, fit, effect, args.iid, args.group, seed)
@@ -108,6 +108,7 @@ def main() -> None:
             wrong += any(t not in effect for t in terms)
             wrong_alone += any(t not in effect for t in terms) and not truth & said
             named += bool(truth) and truth <= said
+            beside += bool(doc.also_consistent)
             varies += bool(doc.trend and doc.trend.varies)
             for row in doc.shapes:
                 shapes[row.shape] = shapes.get(row.shape, 0) + bool(row.consistent)
@@ -117,11 +118,13 @@ def main() -> None:
         out["effects"][label] = {"chosen": shares, "wrong_attribution": wrong / args.arms,
                                  "wrong_and_truth_unnamed": wrong_alone / args.arms,
                                  "truth_named": named / args.arms if truth else None,
+                                 "multiplier_beside": beside / args.arms,
                                  "disagreement": disagree / args.arms, "not_constant": varies / args.arms,
                                  "shape_allowed": {k: v / args.arms for k, v in shapes.items()}}  # fmt: skip
         print(
             f"{label:16s} chosen {shares}  wrong attribution {wrong}/{args.arms} (the truth not named beside "
-            f"it {wrong_alone}/{args.arms})  truth named {named}/{args.arms}  named with an interval "
+            f"it {wrong_alone}/{args.arms})  truth named {named}/{args.arms}  a multiplier named beside "
+            f"{beside}/{args.arms}  named with an interval "
             f"holding 0 {disagree}/{args.arms}  not one constant {varies}/{args.arms}  shapes allowed "
             f"{shapes}  ({time.perf_counter() - start:.0f} s)",
             flush=True,
