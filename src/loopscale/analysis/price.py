@@ -215,7 +215,7 @@ def read_price(path: Path) -> PriceResult:
     from loopscale.sweep.rundir import read_json
 
     try:
-        return PriceResult.from_dict(read_json(path))
+        return PriceResult.from_dict(read_json(path, "rerun `loopscale price`"))
     except RecordError as exc:
         raise UserError(f"{path}: not a price.json loopscale reads ({exc}); rerun `loopscale price`") from exc
 

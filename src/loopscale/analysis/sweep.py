@@ -14,7 +14,6 @@ of the fit.json and compare.json beside it, which hold the fit and the case stud
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from dataclasses import dataclass
@@ -44,13 +43,14 @@ from loopscale.report.baselines import below_bigram_counts
 from loopscale.report.build import render_report
 from loopscale.sweep.collect import collect, collect_rows
 from loopscale.sweep.results import read_results
-from loopscale.sweep.rundir import open_sweep
+from loopscale.sweep.rundir import open_sweep, read_json
 
 ANALYSIS_FILE = "analysis.json"
 FIT_FILE = "fit.json"
 COMPARE_FILE = "compare.json"
 SCHEMA = 1
 FIGURE_DIR = "plots"
+REMEDY = "rerun `loopscale report SWEEP_DIR`"  # what a damaged analysis file's error line suggests
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def read_analysis(path: str | Path) -> tuple[SweepAnalysis, Path]:
     path = path / ANALYSIS_FILE if path.is_dir() else path
     if not path.is_file():
         raise UserError(f"--from {path}: no such file; give a report folder's {ANALYSIS_FILE}")
-    manifest = read_json(path)
+    manifest = read_json(path, REMEDY)
     folder = path.parent
     keys = set(SweepAnalysis.__dataclass_fields__) | {"schema"}
     if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA or set(manifest) != keys:
@@ -125,7 +125,7 @@ def read_analysis(path: str | Path) -> tuple[SweepAnalysis, Path]:
             continue
         if not (folder / name).is_file():
             raise UserError(f"--from {path}: it names {name}, which is not in {folder}")
-        parts[key] = read_json(folder / name)
+        parts[key] = read_json(folder / name, REMEDY)
     analysis = SweepAnalysis(
         name=manifest["name"],
         sweep=manifest["sweep"],
@@ -140,14 +140,6 @@ def read_analysis(path: str | Path) -> tuple[SweepAnalysis, Path]:
         **parts,
     )
     return analysis, folder
-
-
-def read_json(path: Path):
-    """A JSON file of an analysis; one that is not valid JSON is a one-line UserError naming it."""
-    try:
-        return json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: not valid JSON ({exc}); rerun `loopscale report SWEEP_DIR`") from None
 
 
 def sweep_rows(sweep_dir: Path) -> list[dict]:
@@ -262,8 +254,8 @@ def analysis_of_report(folder: str | Path, sweep_dir: str | Path) -> SweepAnalys
     spec, runs = open_sweep(sweep_dir)
     has_runs = (sweep_dir / "runs").is_dir()
     rows = collect_rows(sweep_dir) if has_runs else read_results(sweep_dir / "results.csv")
-    doc = read_json(folder / FIT_FILE)
-    compare = read_json(folder / COMPARE_FILE) if (folder / COMPARE_FILE).is_file() else None
+    doc = read_json(folder / FIT_FILE, REMEDY)
+    compare = read_json(folder / COMPARE_FILE, REMEDY) if (folder / COMPARE_FILE).is_file() else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SkippedRunsWarning)
         table = load_table(rows)

@@ -149,19 +149,13 @@ class Protocol:
     def from_dict(cls, doc: dict) -> Protocol:
         """The protocol ``to_dict`` wrote (fit.json), for rendering it again without refitting: fits rebuilt
         from their coefficients, bootstrap samples as arrays, the law check read through its reader."""
-
-        def arrays(part: dict | None) -> dict | None:
-            if part is None:
-                return None
-            return {**part, "samples": {k: np.asarray(v) for k, v in (part.get("samples") or {}).items()}}
-
         fits = {k: LawFit.from_dict(v) for k, v in doc["forms"].items()}
         return cls(
             fit=LawFit.from_dict(doc["fit"]),
             forms=fits,
             per_r={k: LawFit.from_dict(v) for k, v in doc["per_r"].items()},
             residuals=doc["residuals"],
-            bootstrap=arrays(doc["bootstrap"]),
+            bootstrap=_with_sample_arrays(doc["bootstrap"]),
             budget_halves={k: LawFit.from_dict(v) for k, v in doc["budget_halves"].items()},
             loop_worth=doc["loop_worth"],
             compute_optimal=doc["compute_optimal"],
@@ -172,9 +166,16 @@ class Protocol:
             notes=list(doc["notes"]),
             diagnostics=doc["diagnostics"],
             profile=doc["profile"],
-            interval=arrays(doc["random_effects_bootstrap"]),
+            interval=_with_sample_arrays(doc["random_effects_bootstrap"]),
             law_check=None if not doc.get("law_check") else read_law_check(doc["law_check"]),
         )
+
+
+def _with_sample_arrays(bootstrap):
+    """A bootstrap's document with its samples as arrays (as ``run_protocol`` holds them); None stays."""
+    if bootstrap is None:
+        return None
+    return {**bootstrap, "samples": {k: np.asarray(v) for k, v in (bootstrap.get("samples") or {}).items()}}
 
 
 def run_protocol(

@@ -78,20 +78,20 @@ def run_names(root: Path) -> list[str]:
     return sorted(p.name for p in runs.iterdir() if p.is_dir())
 
 
-def read_json(path: Path) -> dict:
-    """Read a JSON object; a truncated or invalid file is a one-line UserError naming it (file kept)."""
+def read_json(path: Path, remedy: str = "delete it to rerun this run") -> dict:
+    """Read a JSON object; a truncated or invalid file is a one-line UserError naming it and ending in
+    ``remedy`` (the file is kept)."""
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
-        raise UserError(
-            f"{path}: truncated or invalid JSON ({exc.msg} at line {exc.lineno}); delete it to rerun this run"
-        ) from None
+        where = f"{exc.msg} at line {exc.lineno}"
+        raise UserError(f"{path}: truncated or invalid JSON ({where}); {remedy}") from None
     except UnicodeDecodeError:
-        raise UserError(f"{path}: not a text file (invalid UTF-8); delete it to rerun this run") from None
+        raise UserError(f"{path}: not a text file (invalid UTF-8); {remedy}") from None
     except IsADirectoryError:
-        raise UserError(f"{path}: is a folder, not a JSON file; delete it to rerun this run") from None
+        raise UserError(f"{path}: is a folder, not a JSON file; {remedy}") from None
     if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a JSON object; delete it to rerun this run")
+        raise UserError(f"{path}: expected a JSON object; {remedy}")
     return data
 
 
