@@ -32,9 +32,10 @@ import numpy as np
 from loopscale.design.paired import plan_pairs, read_base, variant_spec
 from loopscale.design.sequential import look_counts, look_sizes, simulations_for, spent
 from loopscale.errors import UserError
-from loopscale.fit.effect_results import PairedEffects, PricedLook, PricePlan, PriceResult
+from loopscale.fit.effect_results import PairedEffects, PricedLook, PricePlan, PriceResult, TestTimeDepth
 from loopscale.fit.effect_rule import TEST_LEVEL
 from loopscale.fit.effects import analyse_pairs, pooled_cluster_sd
+from loopscale.fit.test_time import TEST_TIME_FILE
 from loopscale.recipes import RECIPES
 
 PRICE_FILE = "price.json"
@@ -205,7 +206,7 @@ def price(settings: PriceSettings, echo=print) -> PriceResult:
             break
     from loopscale.report.price import write_price_report
 
-    echo(f"{name}: {write_price_report(result, settings.out)}")
+    echo(f"{name}: {write_price_report(result, settings.out, read_test_time(settings.out))}")
     return result
 
 
@@ -218,6 +219,22 @@ def read_price(path: Path) -> PriceResult:
         return PriceResult.from_dict(read_json(path, "rerun `loopscale price`"))
     except RecordError as exc:
         raise UserError(f"{path}: not a price.json loopscale reads ({exc}); rerun `loopscale price`") from exc
+
+
+def read_test_time(arm: Path) -> TestTimeDepth | None:
+    """ARM/test_time.json (``loopscale eval-depth``) as a TestTimeDepth, None where the arm has none."""
+    from loopscale.fit.results import RecordError
+    from loopscale.sweep.rundir import read_json
+
+    path = arm / TEST_TIME_FILE
+    if not path.is_file():
+        return None
+    try:
+        return TestTimeDepth.from_dict(read_json(path, "rerun `loopscale eval-depth`"))
+    except RecordError as exc:
+        raise UserError(
+            f"{path}: not a test_time.json loopscale reads ({exc}); rerun `loopscale eval-depth`"
+        ) from exc
 
 
 def _settings_json(settings: PriceSettings) -> dict:

@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 ALIASES = {("eval", "prepare"): "eval-prepare"}
 # Commands that an interrupt leaves resumable by running them again as they were typed (each skips what is
 # done); `train` and `sweep` print their own resume command.
-RESUMED_BY_RERUN = ("lr-sweep", "eval-sweep", "demo", "price")
+RESUMED_BY_RERUN = ("lr-sweep", "eval-sweep", "demo", "price", "eval-depth")
 
 
 def main(argv: list[str] | None = None) -> int:

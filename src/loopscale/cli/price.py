@@ -31,6 +31,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--render", action="store_true", help="only re-render --out's report from its price.json")
     p.set_defaults(func=cmd_price)
 
+    p = sub.add_parser(
+        "eval-depth",
+        help="a priced arm's pairs at test-time loop counts {1, r/2, r, 2r}: val loss, both arms",
+    )
+    p.add_argument("arm", type=Path, help="a folder written by `loopscale price`")
+    p.add_argument(
+        "--weights-from",
+        type=Path,
+        help="where the base's runs were retrained (one folder per run name): published runs keep no weights",
+    )
+    p.add_argument(
+        "--retrain", action="store_true", help="retrain base runs without weights into --weights-from"
+    )
+    p.add_argument("--force", action="store_true", help="evaluate again where a run's test_time.json exists")
+    p.set_defaults(func=cmd_eval_depth)
+
 
 def cmd_price(args: argparse.Namespace) -> int:
     from loopscale.analysis.price import PriceSettings, price
@@ -44,11 +60,11 @@ def cmd_price(args: argparse.Namespace) -> int:
         check_output(args.data_root, "--data-root", folder=True, kind="data")
     require_input(args.reuse, "--reuse base sweep", folder=True)
     if args.render:
-        from loopscale.analysis.price import read_price
+        from loopscale.analysis.price import read_price, read_test_time
         from loopscale.report.price import write_price_report
 
         require_input(out / "price.json", "price.json in --out (run `loopscale price` first)", folder=False)
-        print(write_price_report(read_price(out / "price.json"), out))
+        print(write_price_report(read_price(out / "price.json"), out, read_test_time(out)))
         return 0
     settings = PriceSettings(
         recipe=args.recipe,
@@ -64,4 +80,17 @@ def cmd_price(args: argparse.Namespace) -> int:
         data_root=args.data_root,
     )
     price(settings)
+    return 0
+
+
+def cmd_eval_depth(args: argparse.Namespace) -> int:
+    from loopscale.analysis.test_time import DepthEvalSettings, eval_depth
+    from loopscale.cli import require_input
+    from loopscale.present.test_time import test_time_lines
+
+    require_input(args.arm, "ARM price folder", folder=True)
+    if args.weights_from is not None and not args.retrain:
+        require_input(args.weights_from, "--weights-from folder", folder=True)
+    depth = eval_depth(DepthEvalSettings(args.arm, args.weights_from, args.retrain, args.force))
+    print("\n".join(test_time_lines(depth)))
     return 0

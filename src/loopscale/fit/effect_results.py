@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from loopscale.fit.results import Record
+from loopscale.fit.results import ConfidenceInterval, Record
 
 Term = Literal["every", "offset", "delta_phi"]
 EffectModel = Literal[
@@ -349,3 +349,100 @@ class PriceResult(Record):
     plan: PricePlan
     looks: tuple[PricedLook, ...]
     effects: PairedEffects | None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Loops at test time (``fit.test_time``, ``loopscale eval-depth``)
+
+TEST_TIME_SCHEMA = 1
+Relation = Literal["1", "r/2", "2r"]
+
+
+@dataclass(frozen=True)
+class TestTimeRun(Record):
+    """One looped run's validation loss (nats/token over ``val_tokens`` val-split targets) at each test-time
+    loop count. ``published_val_loss`` is the run's result.json; ``weights`` says whether the weights were
+    the run's own or retrained from its config.yaml, whose final val loss was ``retrained_val_loss``."""
+
+    __test__ = False  # not a pytest class
+
+    schema: int
+    run: str
+    train_r: int
+    test_r: tuple[int, ...]
+    val_loss: tuple[float, ...]
+    val_tokens: int
+    threads: int
+    weights: Literal["run", "retrained"]
+    published_val_loss: float
+    retrained_val_loss: float | None = None
+
+    def at(self, loops: int) -> float:
+        return self.val_loss[self.test_r.index(loops)]
+
+    @property
+    def reproduction_gap(self) -> float:
+        """|the evaluation at the trained r − the published val loss| (nats): 0 up to float noise when the
+        weights are the run's, the retraining's drift otherwise."""
+        return abs(self.at(self.train_r) - self.published_val_loss)
+
+
+@dataclass(frozen=True)
+class TestTimePair(Record):
+    """A seed-matched pair's evaluations: the base run and the recipe's run at the same cell."""
+
+    __test__ = False
+
+    budget: float
+    width: int
+    r: int
+    seed: int
+    base: TestTimeRun
+    variant: TestTimeRun
+
+
+@dataclass(frozen=True)
+class TestTimeGain(Record):
+    """The recipe's effect at one relation: the mean over pairs of (variant change − base change), where a
+    change is L(test-time loops) − L(trained r) in nats. ``p``: two-sided t test of a zero mean."""
+
+    __test__ = False
+
+    relation: Relation
+    pairs: int
+    base_change: float
+    variant_change: float
+    difference: float
+    ci: ConfidenceInterval
+    p: float
+
+
+@dataclass(frozen=True)
+class TestTimeCurve(Record):
+    """The pairs trained at one r: mean change (nats) at each test-time count, both arms, with t half-widths
+    at ``FAMILY_LEVEL`` (the figure's error bars; 0 where one pair leaves no spread)."""
+
+    __test__ = False
+
+    train_r: int
+    pairs: int
+    test_r: tuple[int, ...]
+    base_change: tuple[float, ...]
+    variant_change: tuple[float, ...]
+    base_half_width: tuple[float, ...]
+    variant_half_width: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class TestTimeDepth(Record):
+    """An arm's test-time analysis (the arm folder's test_time.json)."""
+
+    __test__ = False
+
+    schema: int
+    recipe: str
+    pairs: tuple[TestTimePair, ...]
+    level: float  # each relation's interval level (Bonferroni over the relations present)
+    gains: tuple[TestTimeGain, ...]
+    curves: tuple[TestTimeCurve, ...]
+    largest_reproduction_gap: float  # nats, over every run evaluated (TestTimeRun.reproduction_gap)

@@ -15,6 +15,9 @@ def caption(path) -> str:
         "budget, width, r and seed; colour: budget) against r, its mean per r (±2 SE), and what each effect "
         "model predicts (base-law token part + the model's excess; the chosen one bold): a change of φ must "
         "grow with r, an offset is flat, a token gain follows the token part.",
+        "loss_by_test_time_r": "Loops at test time: per trained r, the mean over the pairs of the val loss at"
+        " each test-time loop count minus the val loss at the trained r (dotted line), for the base (grey) "
+        "and the recipe (red), with 95% t error bars over the pairs.",
         "excess_by_width": "Is it one constant? The excess of every seed-matched pair beyond the base law's "
         "token part against width (log x; colour: r, r = 1 pairs hollow), the mean per (r, width) "
         "cluster, and the slope of the excess left beyond the chosen model along log width with its "

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loopscale.fit.effect_results import PairedEffects, PooledClusterSd, PriceResult
+from loopscale.fit.effect_results import PairedEffects, PooledClusterSd, PriceResult, TestTimeDepth
 from loopscale.io import atomic_write_text
 from loopscale.present.case_study_figures import EffectsDisplay, ExcessByWidthDisplay
 from loopscale.present.effect_text import effect_sentence
+from loopscale.present.test_time import TestTimeDisplay, test_time_lines
 from loopscale.report.compare import effect_blocks
 from loopscale.report.document import Document, Image, Section, Table
 from loopscale.report.figures import caption
@@ -47,8 +48,9 @@ def noise_text(e: PairedEffects, pooled: PooledClusterSd) -> str:
     )
 
 
-def write_price_report(result: PriceResult, out: Path) -> Path:
-    """report.md and report.html in ``out`` with the figure beside them → report.md's path."""
+def write_price_report(result: PriceResult, out: Path, depth: TestTimeDepth | None = None) -> Path:
+    """report.md and report.html in ``out`` with the figures beside them → report.md's path. ``depth``: the
+    arm's test-time loop counts (``loopscale eval-depth``), a section and a figure of their own."""
     effects = result.effects
     figures = [
         EffectsDisplay.from_result(effects, result.recipe).plot().save(out / "loss_change_by_r"),
@@ -98,8 +100,14 @@ def write_price_report(result: PriceResult, out: Path) -> Path:
                 ],
             ),
             Section("Is it φ? The pairs at the last look", effect_blocks(effects)),
+            *([] if depth is None else [_test_time_section(depth, out)]),
         ],
     )
     atomic_write_text(out / "report.md", report.markdown(out))
     atomic_write_text(out / "report.html", report.html())
     return out / "report.md"
+
+
+def _test_time_section(depth: TestTimeDepth, out: Path) -> Section:
+    figure = TestTimeDisplay.from_result(depth).plot().save(out / "loss_by_test_time_r")
+    return Section("Loops at test time", [*test_time_lines(depth), Image(figure, caption(figure))])

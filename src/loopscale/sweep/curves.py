@@ -70,7 +70,15 @@ def pack_curves(root: str | Path, out: str | Path | None = None) -> Path | None:
         for f in table.schema
     ]
     table = table.cast(pa.schema(schema))
+    if kept and _same_table(target / CURVES_FILE, table):
+        return target / CURVES_FILE  # unchanged: a published file is not rewritten (no churn in the tree)
     return atomic_write(target / CURVES_FILE, lambda tmp: write_curves(table, tmp))
+
+
+def _same_table(path: Path, table) -> bool:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).equals(table)
 
 
 def write_curves(table, path: Path) -> None:

@@ -236,8 +236,11 @@ def accumulate_gradients(
 
 
 @torch.no_grad()
-def validation_loss(model: torch.nn.Module, ds: PackedDataset, plan: Plan, rt: Runtime) -> float:
-    """Token-weighted mean cross-entropy (nats) over the first ``plan.val_tokens`` val-split targets."""
+def validation_loss(
+    model: torch.nn.Module, ds: PackedDataset, plan: Plan, rt: Runtime, r: int | None = None
+) -> float:
+    """Token-weighted mean cross-entropy (nats) over the first ``plan.val_tokens`` val-split targets, at
+    ``r`` loops (None: the trained loop count)."""
     model.eval()
     t = ds.seq_len
     total = torch.zeros(2, dtype=torch.float64, device=rt.device)  # [sum of losses, tokens]
@@ -250,7 +253,7 @@ def validation_loss(model: torch.nn.Module, ds: PackedDataset, plan: Plan, rt: R
         y[target_index >= plan.val_tokens] = -1
         x, y = x.to(rt.device), y.to(rt.device)
         with rt.autocast():
-            losses = model(x, y, reduction="none")
+            losses = model(x, y, r=r, reduction="none")
         total[0] += losses.double().sum()
         total[1] += (y != -1).sum()
     if rt.world > 1:
