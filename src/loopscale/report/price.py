@@ -5,47 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loopscale.fit.effect_results import PairedEffects, PooledClusterSd, PriceResult, TestTimeDepth
+from loopscale.fit.effect_results import PriceResult, TestTimeDepth
 from loopscale.io import atomic_write_text
 from loopscale.present.case_study_figures import EffectsDisplay, ExcessByWidthDisplay
-from loopscale.present.effect_text import effect_sentence
+from loopscale.present.price_text import price_verdict
 from loopscale.present.test_time import TestTimeDisplay, test_time_lines
 from loopscale.report.compare import effect_blocks
 from loopscale.report.document import Document, Image, Section, Table
 from loopscale.report.figures import caption
-
-
-def verdict(result: PriceResult) -> str:
-    """The price's first line: what the pairs name at the last look, and how the looks ended."""
-    e, last = result.effects, result.looks[-1]
-    ended = {
-        "decided": "stopped as soon as an effect was named",
-        "precise": "stopped at the target precision of delta phi",
-        "last look": "the plan's last look: its hour cap or its cells ran out",
-    }[last.stop]
-    return (
-        f"{result.recipe}: {effect_sentence(e)}; {last.pairs} pairs, look {last.look} of "
-        f"{len(result.plan.counts)} ({ended}); tests at size {last.size:.4f} of alpha "
-        f"{result.settings['alpha']} spent over the looks, intervals at {100 * e.ci_level:.1f}%; "
-        f"{noise_text(e, last.cluster_sd)}"
-    )
-
-
-def noise_text(e: PairedEffects, pooled: PooledClusterSd) -> str:
-    """The pairs' errors as ``price`` took them: the base's seed noise and the (r, width) sd learnt from
-    the pairs with the base law's misfit as a prior (``fit.effects.pooled_cluster_sd``)."""
-    err = e.errors
-    pair = f"errors: pair sd {err.sd:.4f} nats (the base's seed noise, {err.df} df)"
-    cluster = f"an (r, width) sd {pooled.cluster_sd:.4f} nats"
-    if pooled.estimate is None:
-        return (
-            f"{pair} and {cluster}, the base law's own misfit (the pairs cannot estimate it yet: no (r, "
-            "width) cluster holds two)"
-        )
-    return (
-        f"{pair} and {cluster}: the pairs' own {pooled.estimate:.4f} on {pooled.df} df pooled with "
-        f"the base law's misfit {pooled.prior_sd:.4f} as a prior worth {pooled.prior_df:g} clusters"
-    )
 
 
 def write_price_report(result: PriceResult, out: Path, depth: TestTimeDepth | None = None) -> Path:
@@ -87,7 +54,7 @@ def write_price_report(result: PriceResult, out: Path, depth: TestTimeDepth | No
     )
     report = Document(
         title=f"Price of {result.recipe} against {result.base}",
-        lead=[f"**{verdict(result)}**"],
+        lead=[f"**{price_verdict(result)}**"],
         key_figures=[Image(figure, caption(figure)) for figure in figures],
         sections=[
             Section(
