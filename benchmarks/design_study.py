@@ -157,7 +157,7 @@ def _simulate_power(args: tuple) -> dict:
     row, delta, seeds, settings = args
     prior, cands, info = space(False)
     real = d.simulate_power(cands, info, prior, d.RunDesign(np.array(row["idx"])), delta, seeds, **settings)
-    return {**row, "realised": real}
+    return {**row, "realised": real.to_dict()}
 
 
 def figures(rows: list[dict], out: Path) -> None:

@@ -44,21 +44,22 @@ def main() -> None:
     args = parser.parse_args()
     settings = PriceSettings(recipe="parcae", base=ROOT / "results" / "laptop-factorial", out=Path("unused"),
                              max_hours=args.hours)  # fmt: skip
-    plan = plan_price(settings)
-    order = np.array(plan["pairs"]["order"])
-    runs = plan["table"].subset(order)
+    schedule = plan_price(settings)
+    plan = schedule.pairs
+    order = np.array(schedule.order)
+    runs = plan.table.subset(order)
     keys = sorted({(int(r), float(w)) for r, w in zip(runs.r, runs.width)})
     cluster = np.array([keys.index((int(r), float(w))) for r, w in zip(runs.r, runs.width)])
-    law = base_law(plan["fit"], plan["table"], Pairs(runs, runs, cluster, keys), args.resamples, 0)
-    sd, cluster_sd = plan["sigma_pair"], plan["cluster_sd"]
+    law = base_law(plan.fit, plan.table, Pairs(runs, runs, cluster, keys), args.resamples, 0)
+    sd, cluster_sd = plan.sigma_pair, plan.cluster_sd
     sim = Simulator(
         np.zeros(len(runs)), law.phi_slope(law.theta)[0], law.token_part(law.draws), law.phi_slope(law.draws),
-        runs.r > 1, cluster, {"iid": sd**2, "cluster": cluster_sd**2}, plan["noise"].df,
+        runs.r > 1, cluster, {"iid": sd**2, "cluster": cluster_sd**2}, plan.noise.df,
         known_covariance(cluster, sd, cluster_sd),
     )  # fmt: skip
-    counts = plan["pairs"]["counts"]
+    counts, spent_sizes = list(schedule.looks.counts), list(schedule.looks.sizes)
     available = ("offset", "delta_phi")
-    out: dict = {"counts": counts, "sizes": plan["pairs"]["sizes"], "pair_sd": sd, "cluster_sd": cluster_sd,
+    out: dict = {"counts": counts, "sizes": spent_sizes, "pair_sd": sd, "cluster_sd": cluster_sd,
                  "truths": {}}  # fmt: skip
     print(f"{len(runs)} pairs, looks after {counts}; pair sd {sd:.4f}, (r, width) sd {cluster_sd:.4f} nats")
     start = time.perf_counter()
@@ -66,7 +67,7 @@ def main() -> None:
         fitted = {m: {t: truth.get(t, 0.0) for t in m} for m in (("offset",), ("delta_phi",), available)}
         out["truths"][label] = {}
         for plan_name, sizes in (
-            ("spent", plan["pairs"]["sizes"]),
+            ("spent", spent_sizes),
             ("full alpha each look", [0.04] * len(counts)),
         ):
             result = sequential_calibration(sim, counts, sizes, available, fitted, truth, args.sequences,

@@ -15,6 +15,7 @@ from loopscale import design as d
 from loopscale.cli import main
 from loopscale.config import dump_yaml
 from loopscale.design import delta_phi, simulation
+from loopscale.design.results import PowerSimulation
 from loopscale.errors import UserError
 from loopscale.fit.law import Design, objective_and_gradient
 from loopscale.paper import JOINT_FIT, MAIN_GRID
@@ -319,8 +320,8 @@ def test_simulated_compare_detects_a_large_delta_phi(paper):
         bootstrap=5,
         bootstrap_restarts=1,
     )
-    (row,) = out["per_seed"]
-    assert row["delta_phi"] == pytest.approx(0.3, abs=0.06) and row["detected"] and out["power"] == 1.0
+    (row,) = out.per_seed
+    assert row.delta_phi == pytest.approx(0.3, abs=0.06) and row.detected and out.power == 1.0
 
 
 def test_power_falls_with_the_effect_and_rises_with_precision():
@@ -517,14 +518,14 @@ def test_simulated_ci_search_finds_the_cheapest_design_that_realises_the_target(
     assert truth is not d.choose(front, target, None)  # the asymptotic pick is not the answer
     chosen, real, log = d.simulate_in_loop(cands, info, prior, paths, 1, target_ci=target, rounds=12)
     assert chosen is truth and real.ci_width["phi"] <= target
-    labels = [row["design"] for row in log]
+    labels = [row.design for row in log]
     assert len(labels) == len(set(labels)) <= 12
-    assert all(row["reaches_target"] == (row["realised"]["ci_width"]["phi"] <= target) for row in log)
+    assert all(row.reaches_target == (row.realised.ci_width["phi"] <= target) for row in log)
     chosen6, _, log6 = d.simulate_in_loop(cands, info, prior, paths, 1, target_ci=target, rounds=3)
     assert len(log6) <= 3
-    passing = [row for row in log6 if row["reaches_target"]]
+    passing = [row for row in log6 if row.reaches_target]
     if passing:  # the cheapest simulated design that realises the target
-        assert chosen6.design.label == min(passing, key=lambda row: row["cost"])["design"]
+        assert chosen6.design.label == min(passing, key=lambda row: row.cost).design
 
 
 def test_simulated_cost_cap_simulates_only_designs_within_the_cap(small, monkeypatch):
@@ -538,7 +539,7 @@ def test_simulated_cost_cap_simulates_only_designs_within_the_cap(small, monkeyp
     costs = sorted(p.cost for path in paths for p in path)
     cap = costs[len(costs) // 2]
     chosen, _, log = d.simulate_in_loop(dear, info, prior, paths, 1, cost_cap=cap, rounds=6)
-    assert chosen.cost <= cap and all(row["cost"] <= cap for row in log) and len(log) <= 2
+    assert chosen.cost <= cap and all(row.cost <= cap for row in log) and len(log) <= 2
     within = [p for path in paths for p in path if p.cost <= cap]
     assert chosen.predicted["phi"] == min(p.predicted["phi"] for p in within)
 
@@ -573,7 +574,7 @@ def test_simulated_ci_search_is_not_shadowed_by_replicated_designs(small, monkey
     truth = cheapest(ones + twos, shadowed[0])
     chosen, real, log = d.simulate_in_loop(cands, info, prior, paths, 1, target_ci=shadowed[0], rounds=12)
     assert chosen is truth and real.ci_width["phi"] <= shadowed[0]
-    assert len({row["design"] for row in log}) == len(log)
+    assert len({row.design for row in log}) == len(log)
 
 
 def _predicted(info, design):
@@ -590,7 +591,9 @@ def test_simulated_power_search_returns_the_cheapest_design_that_reaches_the_pow
         return d.delta_phi_se(info, design.weights(len(cands.runs)), shared)
 
     def fake(cands_, info_, prior_, design, delta, k, **settings):
-        return {"power": d.power(delta, 1.6 * se(design)), "median_ci_width": 0.0, "k": k}
+        return PowerSimulation(
+            k=k, delta_phi=delta, power=d.power(delta, 1.6 * se(design)), median_ci_width=0.0
+        )
 
     monkeypatch.setattr(delta_phi, "simulate_power", fake)
     points = [p for search in (d.greedy_path, d.pruning_path) for p in search(cands, info)]
@@ -599,9 +602,9 @@ def test_simulated_power_search_returns_the_cheapest_design_that_reaches_the_pow
     truth = next((p for p in front if d.power(delta, 1.6 * se(p.design)) >= 0.8), None)
     assert truth is not None and truth is not d.cheapest_with_power(cands, info, front, delta)
     found, sim, log = d.simulate_power_in_loop(cands, info, prior, points, delta, 4, rounds=12)
-    assert found is truth and sim["power"] >= 0.8
-    assert len({row["design"] for row in log}) == len(log) <= 12
-    assert all(row["predicted_power"] == pytest.approx(d.power(delta, row["se_delta_phi"])) for row in log)
+    assert found is truth and sim.power >= 0.8
+    assert len({row.design for row in log}) == len(log) <= 12
+    assert all(row.predicted_power == pytest.approx(d.power(delta, row.se_delta_phi)) for row in log)
 
 
 def test_simulated_power_search_end_to_end_tiny(small):
@@ -612,12 +615,12 @@ def test_simulated_power_search_end_to_end_tiny(small):
     kw = {"restarts": 10, "bootstrap": 5, "bootstrap_restarts": 1}
     found, sim, log = d.simulate_power_in_loop(cands, info, prior, points, 0.4, 1, target=0.5, rounds=2, **kw)
     assert 1 <= len(log) <= 2
-    assert all(row["simulated"]["power"] in (0.0, 1.0) for row in log)  # one pair: detected or not
+    assert all(row.simulated.power in (0.0, 1.0) for row in log)  # one pair: detected or not
     if found is not None:
-        assert sim["power"] >= 0.5 and found.flops < max(p.flops for p in points)
+        assert sim.power >= 0.5 and found.flops < max(p.flops for p in points)
         assert (
             found.design.label
-            == min((row for row in log if row["reaches_target"]), key=lambda row: row["cost"])["design"]
+            == min((row for row in log if row.reaches_target), key=lambda row: row.cost).design
         )
 
 
@@ -741,5 +744,5 @@ def test_make_design_shows_a_progress_bar_per_simulated_design(monkeypatch):
     )
     doc = d.make_design(settings, preset("paper"), "paper")
     assert [(total, done) for _, total, done in bars] == [(2, 2)]
-    assert bars[0][0] == f"simulate {doc['design']['label']}"
-    assert doc["design"]["realised"]["k"] == 2
+    assert bars[0][0] == f"simulate {doc.design.label}"
+    assert doc.design.realised.k == 2

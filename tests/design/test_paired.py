@@ -27,12 +27,12 @@ def test_the_picked_cells_span_r_and_their_se_is_the_formula():
     slope = -0.1 * np.log(table.r.astype(float))  # a change of φ moves r = 8 three times r = 2
     cost = np.ones(len(table))
     picked = pick_pairs(table, slope, cost, 0.02, count=4)
-    rs = {int(table.r[i]) for i in picked["runs"]}
+    rs = {int(table.r[i]) for i in picked.runs}
     assert rs == {2, 8}  # the largest spread of ∂L/∂φ: the two ends
-    g = slope[picked["runs"]]
-    assert picked["se"] == pytest.approx(0.02 / math.sqrt(_spread(g)))
-    assert picked["se_alone"] == pytest.approx(0.02 / math.sqrt(float(np.sum(g**2))))
-    assert all(table.r[i] > 1 for i in picked["runs"])
+    g = slope[list(picked.runs)]
+    assert picked.se == pytest.approx(0.02 / math.sqrt(_spread(g)))
+    assert picked.se_alone == pytest.approx(0.02 / math.sqrt(float(np.sum(g**2))))
+    assert all(table.r[i] > 1 for i in picked.runs)
 
 
 def test_a_group_effect_is_not_averaged_away_by_repeating_a_group():
@@ -41,21 +41,21 @@ def test_a_group_effect_is_not_averaged_away_by_repeating_a_group():
     cost = np.ones(len(table))
     sd, tau = 0.02, 0.03
     picked = pick_pairs(table, slope, cost, sd, cluster_sd=tau, count=6)
-    rows = picked["runs"]
+    rows = list(picked.runs)
     # independent: the OLS slope is Σ(g_i − ḡ)e_i / S, so its variance is Σ_ij w_i w_j Σ_ij / S²
     g = slope[rows]
     w = g - g.mean()
     keys = [(int(table.r[i]), float(table.width[i])) for i in rows]
     cov = np.array([[sd**2 * (a == b) + tau**2 * (keys[a] == keys[b]) for b in range(6)] for a in range(6)])
-    assert picked["se"] == pytest.approx(math.sqrt(w @ cov @ w) / float(w @ w), rel=1e-9)
-    assert picked["se_alone"] == pytest.approx(math.sqrt(g @ cov @ g) / float(g @ g), rel=1e-9)
+    assert picked.se == pytest.approx(math.sqrt(w @ cov @ w) / float(w @ w), rel=1e-9)
+    assert picked.se_alone == pytest.approx(math.sqrt(g @ cov @ g) / float(g @ g), rel=1e-9)
     # with a large group effect the cells spread over (r, width) groups rather than repeat one
     spread = pick_pairs(table, slope, cost, 1e-4, cluster_sd=0.05, count=6)
-    assert len({(int(table.r[i]), float(table.width[i])) for i in spread["runs"]}) == 6
+    assert len({(int(table.r[i]), float(table.width[i])) for i in spread.runs}) == 6
     # and the reachable precision has a floor that more runs in the same groups cannot pass
     floor = pick_pairs(table, slope, cost, sd, cluster_sd=tau, count=int(np.sum(table.r > 1)))
     with pytest.raises(UserError, match=r"\(r, width\) groups bound it"):
-        pick_pairs(table, slope, cost, sd, cluster_sd=tau, target_half_width=0.9 * floor["half_width"])
+        pick_pairs(table, slope, cost, sd, cluster_sd=tau, target_half_width=0.9 * floor.half_width)
 
 
 def test_cost_steers_the_choice_and_a_target_stops_it():
@@ -63,11 +63,11 @@ def test_cost_steers_the_choice_and_a_target_stops_it():
     slope = -0.1 * np.log(table.r.astype(float))
     cost = table.budget / 1e12
     cheap = pick_pairs(table, slope, cost, 0.02, count=4)
-    assert {table.budget[i] for i in cheap["runs"]} == {min(table.budget)}
+    assert {table.budget[i] for i in cheap.runs} == {min(table.budget)}
     target = pick_pairs(table, slope, cost, 0.02, target_half_width=0.1)
-    assert target["half_width"] <= 0.1
+    assert target.half_width <= 0.1
     fewer = pick_pairs(table, slope, cost, 0.02, target_half_width=0.3)
-    assert len(fewer["runs"]) < len(target["runs"])
+    assert len(fewer.runs) < len(target.runs)
     with pytest.raises(UserError, match="at best"):
         pick_pairs(table, slope, cost, 0.02, target_half_width=1e-4)
 
@@ -79,9 +79,9 @@ def test_power_grows_with_the_effect():
 
 def test_plan_on_the_published_base_uses_its_seed_noise_and_run_times():
     plan = plan_pairs(BASE, count=4, restarts=30)
-    assert plan["noise"].df == 12 and plan["cost_unit"] == "s"
-    assert plan["sigma_pair"] == pytest.approx(math.sqrt(2) * plan["noise"].sigma)
-    assert len({int(plan["table"].r[i]) for i in plan["picked"]["runs"]}) >= 2
+    assert plan.noise.df == 12 and plan.cost_unit == "s"
+    assert plan.sigma_pair == pytest.approx(math.sqrt(2) * plan.noise.sigma)
+    assert len({int(plan.table.r[i]) for i in plan.picked.runs}) >= 2
 
 
 def test_design_reuse_writes_a_variant_spec_with_the_base_seeds(tmp_path, capsys):

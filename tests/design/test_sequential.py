@@ -126,7 +126,7 @@ def test_price_without_an_effect_looks_to_the_end_and_names_nothing(tmp_path, mo
     _fake_training(monkeypatch, 0.0, calls)
     plan = plan_price(_settings(tmp_path))
     result = price(_settings(tmp_path), echo=lambda line: None)
-    assert calls == plan["pairs"]["counts"] == [4, 6, 8]
+    assert calls == list(plan.looks.counts) == [4, 6, 8]
     assert [k.stop for k in result.looks] == [None, None, "last look"]
     assert result.effects.chosen_terms == ()
     assert sum(k.size for k in result.looks) == pytest.approx(0.04)

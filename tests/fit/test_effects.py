@@ -133,9 +133,9 @@ def test_noise_components_recover_cluster_and_iid_variances():
     cluster = np.repeat(np.arange(groups), per)
     resid = rng.normal(0, 0.02, groups)[cluster] + rng.normal(0, 0.01, groups * per)
     comp = noise_components(resid, cluster, 0)
-    assert comp["iid"] == pytest.approx(0.01**2, rel=0.1)
-    assert comp["cluster"] == pytest.approx(0.02**2, rel=0.2)
-    assert comp["cluster"] < comp["cluster_upper"] < 1.5 * comp["cluster"]  # 400 clusters: a tight bound
+    assert comp.iid == pytest.approx(0.01**2, rel=0.1)
+    assert comp.cluster == pytest.approx(0.02**2, rel=0.2)
+    assert comp.cluster < comp.cluster_upper < 1.5 * comp.cluster  # 400 clusters: a tight bound
 
 
 def test_a_cluster_variance_estimated_as_zero_is_not_simulated_as_zero():
@@ -144,8 +144,8 @@ def test_a_cluster_variance_estimated_as_zero_is_not_simulated_as_zero():
     rng = np.random.default_rng(5)
     cluster = np.repeat(np.arange(12), 4)
     zero = [c for c in (noise_components(rng.normal(0, 0.01, 48), cluster, 2) for _ in range(40))
-            if c["cluster"] == 0.0]  # fmt: skip
-    assert zero and all(c["cluster_upper"] > 1e-6 for c in zero)
+            if c.cluster == 0.0]  # fmt: skip
+    assert zero and all(c.cluster_upper > 1e-6 for c in zero)
 
 
 @pytest.mark.parametrize(

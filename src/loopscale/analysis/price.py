@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from loopscale.design.paired import plan_pairs, read_base, variant_spec
+from loopscale.design.paired import PairPlan, plan_pairs, read_base, variant_spec
 from loopscale.design.sequential import look_counts, look_sizes, simulations_for, spent
 from loopscale.errors import UserError
 from loopscale.fit.effect_results import PairedEffects, PricedLook, PricePlan, PriceResult, TestTimeDepth
@@ -40,6 +40,16 @@ from loopscale.recipes import RECIPES
 
 PRICE_FILE = "price.json"
 MIN_PAIRS = 4
+
+
+@dataclass(frozen=True)
+class PriceSchedule:
+    """``plan_price``: the pairs' plan (``plan_pairs``), the looped cells in greedy order within the hour
+    cap, and the looks (``PricePlan``: at most ``most`` pairs, the counts, sizes and planned hours)."""
+
+    pairs: PairPlan
+    order: tuple[int, ...]  # rows of the base table
+    looks: PricePlan
 
 
 @dataclass(frozen=True)
@@ -77,14 +87,14 @@ class PriceSettings:
             raise UserError(f"--bootstrap must be at least 2, got {self.bootstrap}")
 
 
-def plan_price(settings: PriceSettings) -> dict:
+def plan_price(settings: PriceSettings) -> PriceSchedule:
     """The base's law and noise (``plan_pairs``), every looped cell in greedy order, how many fit the hour
-    cap, the looks and their sizes → a plan dict ("pairs": {"order", "most", "counts", "sizes", "hours"})."""
-    table, cost, _ = read_base(settings.base)
-    looped = int((table.r > 1).sum())
+    cap, the looks and their sizes."""
+    base = read_base(settings.base)
+    looped = int((base.table.r > 1).sum())
     plan = plan_pairs(settings.base, count=looped, restarts=settings.restarts, seed=settings.seed)
-    order = plan["picked"]["order"]
-    hours = np.cumsum(cost[order]) / settings.workers / 3600 if plan["cost_unit"] == "s" else None
+    order = list(plan.picked.order)
+    hours = np.cumsum(base.cost[order]) / settings.workers / 3600 if plan.cost_unit == "s" else None
     if hours is None:
         raise UserError(f"the base {settings.base} records no wall times: the hour cap cannot be priced")
     most = int(np.searchsorted(hours, settings.max_hours, side="right"))
@@ -95,26 +105,27 @@ def plan_price(settings: PriceSettings) -> dict:
             f"at least {MIN_PAIRS} pairs are needed"
         )
     counts = look_counts(MIN_PAIRS, settings.batch, most)
-    plan["pairs"] = {
-        "order": order[:most],
-        "most": most,
-        "counts": counts,
-        "sizes": look_sizes(counts, most, settings.alpha),
-        "hours": hours[:most].tolist(),
-    }
-    return plan
+    looks = PricePlan(
+        most=most,
+        counts=tuple(counts),
+        sizes=tuple(float(size) for size in look_sizes(counts, most, settings.alpha)),
+        hours=tuple(hours[:most].tolist()),
+    )
+    return PriceSchedule(plan, tuple(order[:most]), looks)
 
 
-def _look(settings: PriceSettings, plan: dict, variant, k: int) -> tuple[PricedLook, PairedEffects]:
+def _look(
+    settings: PriceSettings, schedule: PriceSchedule, variant, k: int
+) -> tuple[PricedLook, PairedEffects]:
     """Analyse the pairs of look ``k`` (0-based) at its size → (the look, its effect models)."""
-    pairs = plan["pairs"]
-    n, size = pairs["counts"][k], pairs["sizes"][k]
-    pooled = pooled_cluster_sd(plan["table"], variant, plan["fit"], plan["cluster_sd"], settings.prior_df)
-    noise = {"sd": plan["sigma_pair"], "cluster_sd": pooled.cluster_sd, "df": plan["noise"].df}
+    plan, looks = schedule.pairs, schedule.looks
+    n, size = looks.counts[k], looks.sizes[k]
+    pooled = pooled_cluster_sd(plan.table, variant, plan.fit, plan.cluster_sd, settings.prior_df)
+    noise = {"sd": plan.sigma_pair, "cluster_sd": pooled.cluster_sd, "df": plan.noise.df}
     effects = analyse_pairs(
-        plan["table"],
+        plan.table,
         variant,
-        plan["fit"],
+        plan.fit,
         base_resamples=settings.bootstrap,
         simulations=simulations_for(size),
         seed=settings.seed,
@@ -125,13 +136,13 @@ def _look(settings: PriceSettings, plan: dict, variant, k: int) -> tuple[PricedL
     half_width = None if phi is None else (phi[1] - phi[0]) / 2
     decided = bool(effects.chosen_terms)
     precise = settings.target is not None and half_width is not None and half_width <= settings.target
-    last = k == len(pairs["counts"]) - 1
+    last = k == len(looks.counts) - 1
     look = PricedLook(
         look=k + 1,
         pairs=n,
         size=size,
-        spent=spent(n / pairs["most"], settings.alpha),
-        hours_planned=pairs["hours"][n - 1],
+        spent=spent(n / looks.most, settings.alpha),
+        hours_planned=looks.hours[n - 1],
         chosen=effects.chosen,
         chosen_terms=effects.chosen_terms,
         delta_phi_half_width=half_width,
@@ -156,14 +167,14 @@ def price(settings: PriceSettings, echo=print) -> PriceResult:
     settings.validate()
     check_output(settings.out, "--out", folder=True, kind="sweep")
     check_output(settings.data_root, "--data-root", folder=True, kind="data")
-    plan = plan_price(settings)
-    pairs = plan["pairs"]
+    schedule = plan_price(settings)
+    looks = schedule.looks
     name = f"price-{settings.recipe}"
     echo(
-        f"loopscale price: {settings.recipe} against {settings.base} ({len(plan['table'])} runs): up to "
-        f"{pairs['most']} seed-matched pairs within {settings.max_hours:g} h on {settings.workers} "
-        f"worker(s), looks after {', '.join(map(str, pairs['counts']))} pairs at sizes "
-        + ", ".join(f"{s:.4f}" for s in pairs["sizes"])
+        f"loopscale price: {settings.recipe} against {settings.base} ({len(schedule.pairs.table)} runs): "
+        f"up to {looks.most} seed-matched pairs within {settings.max_hours:g} h on {settings.workers} "
+        f"worker(s), looks after {', '.join(map(str, looks.counts))} pairs at sizes "
+        + ", ".join(f"{s:.4f}" for s in looks.sizes)
         + f" (alpha {settings.alpha} spent by information fraction)"
     )
     data = None
@@ -171,12 +182,14 @@ def price(settings: PriceSettings, echo=print) -> PriceResult:
         recipe=settings.recipe,
         base=os.path.relpath(settings.base, settings.out),  # published artefacts hold relative paths
         settings=_settings_json(settings),
-        plan=PricePlan.from_dict({k: v for k, v in pairs.items() if k != "order"}),
+        plan=looks,
         looks=(),
         effects=None,
     )
-    for k, n in enumerate(pairs["counts"]):
-        spec = from_dict(SweepSpec, variant_spec(plan, settings.recipe, name, runs=pairs["order"][:n]), name)
+    for k, n in enumerate(looks.counts):
+        spec = from_dict(
+            SweepSpec, variant_spec(schedule.pairs, settings.recipe, name, runs=schedule.order[:n]), name
+        )
         if data is None:
             data = prepare_default(
                 settings.data_root, vocab_size=spec.model["vocab_size"], seq_len=spec.model["seq_len"]
@@ -195,7 +208,7 @@ def price(settings: PriceSettings, echo=print) -> PriceResult:
                 f"{n - len(rows)} variant run(s) did not finish ({', '.join(failed)}): rerun "
                 "`loopscale price` with the same arguments to resume"
             )
-        look, effects = _look(settings, plan, load_table(rows), k)
+        look, effects = _look(settings, schedule, load_table(rows), k)
         result = dataclasses.replace(result, looks=(*result.looks, look), effects=effects)
         atomic_write_json(settings.out / PRICE_FILE, result.to_dict())
         echo(

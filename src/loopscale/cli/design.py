@@ -242,20 +242,24 @@ def run_paired_design(args: argparse.Namespace) -> int:
         atomic_write_text(args.out, yaml.safe_dump(spec, sort_keys=False))
         print(f"wrote {args.out} (run it with `loopscale sweep {args.out} --out SWEEP_DIR`)")
     if args.json_out is not None:
-        t, picked = plan["table"], plan["picked"]
+        t, picked = plan.table, plan.picked
         cells = [
-            {"budget": float(t.budget[i]), "width": float(t.width[i]), "r": int(t.r[i]),
-             "seed": int(t.seed[i])}
-            for i in picked["runs"]  # fmt: skip
+            {
+                "budget": float(t.budget[i]),
+                "width": float(t.width[i]),
+                "r": int(t.r[i]),
+                "seed": int(t.seed[i]),
+            }
+            for i in picked.runs
         ]
         doc = {
             "base": str(args.reuse),
             "target_half_width": args.delta_phi,
             "cells": cells,
-            **{k: v for k, v in picked.items() if k != "runs"},
-            "cost_unit": plan["cost_unit"],
-            "sigma_pair": plan["sigma_pair"],
-            "power_beyond_offset": {f"{d:+.2f}": power_beyond_offset(d, picked["se"]) for d in (-0.08, 0.19)},
+            **{k: v for k, v in picked.to_dict().items() if k != "runs"},
+            "cost_unit": plan.cost_unit,
+            "sigma_pair": plan.sigma_pair,
+            "power_beyond_offset": {f"{d:+.2f}": power_beyond_offset(d, picked.se) for d in (-0.08, 0.19)},
             "spec": spec,
         }
         atomic_write_json(args.json_out, doc)
@@ -282,15 +286,15 @@ def run_design(args: argparse.Namespace) -> int:
     doc = make_design(settings, reference, ref_label, partial=partial, wall=wall)
     print(format_design(doc))
     if args.out is not None:
-        atomic_write_text(args.out, doc["spec"])
+        atomic_write_text(args.out, doc.spec)
         print(f"wrote {args.out} (run it with `loopscale sweep {args.out} --out SWEEP_DIR`)")
     if args.apply:
         from loopscale.sweep.rundir import SPEC_FILE
 
-        atomic_write_text(args.from_dir / SPEC_FILE, doc["spec"])
+        atomic_write_text(args.from_dir / SPEC_FILE, doc.spec)
         print(f"extended {args.from_dir / SPEC_FILE}: run the new runs with ", end="")
         print(f"`loopscale sweep --out {args.from_dir}`")
     if args.json_out is not None:
-        atomic_write_json(args.json_out, doc)
+        atomic_write_json(args.json_out, doc.to_dict())
         print(f"wrote {args.json_out}")
     return 0

@@ -12,6 +12,8 @@ the least compute, before running them. A pipeline step of its own, between the 
 - ``delta_phi``: the power to detect a Δφ between a variant and its base, predicted and simulated;
 - ``document``: the emitted sweep spec and the design document's rows and text;
 - ``pipeline``: the whole step as one call (``make_design``).
+- ``results``: what the step returns, as records (``DesignDocument``, ``PowerRow``, ``PairPick``, …) whose
+  ``to_dict`` is the design document's JSON.
 
 Units: budgets and FLOPs are training FLOPs (method §4.2), widths d_model, losses and σ nats, CI widths in the
 parameter's own units (E in nats). NumPy/SciPy only: imports ``fit`` and ``sweep``, never torch; ``fit``

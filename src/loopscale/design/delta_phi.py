@@ -12,6 +12,7 @@ from scipy.stats import norm
 from loopscale.design.candidates import Candidates
 from loopscale.design.predict import Z95, Information
 from loopscale.design.prior import Prior
+from loopscale.design.results import PowerDraw, PowerRound, PowerRow, PowerSimulation
 from loopscale.design.search import PathPoint, RunDesign, bracket_search, pareto
 from loopscale.fit.compare import delta_phi_shared, make_arms, power
 from loopscale.fit.law import PARAMS, PHI
@@ -36,7 +37,7 @@ def power_table(
     delta: float = 0.1,
     inflation: float = 1.0,
     label: str | None = None,
-) -> list[dict]:
+) -> list[PowerRow]:
     """Δφ power per design: runs and FLOPs per arm (the variant arm reruns the looped runs; r = 1 runs are
     shared anchors), SE of Δφ (× ``inflation``, the realised/predicted ratio a simulation measured) and the
     power to detect ``delta``."""
@@ -47,15 +48,15 @@ def power_table(
         se = delta_phi_se(info, w, shared) * inflation
         looped = p.design.idx[cands.r[p.design.idx] > 1]
         rows.append(
-            {
-                "label": label or p.design.label or p.step,
-                "runs_base": int(len(p.design.idx) * p.design.replicates),
-                "runs_variant": int(len(looped) * p.design.replicates),
-                "flops_base": p.flops,
-                "flops_variant": float(cands.flops[looped].sum() * p.design.replicates),
-                "se_delta_phi": se,
-                "power": power(delta, se),
-            }
+            PowerRow(
+                label=label or p.design.label or p.step,
+                runs_base=int(len(p.design.idx) * p.design.replicates),
+                runs_variant=int(len(looped) * p.design.replicates),
+                flops_base=p.flops,
+                flops_variant=float(cands.flops[looped].sum() * p.design.replicates),
+                se_delta_phi=se,
+                power=power(delta, se),
+            )
         )
     return rows
 
@@ -90,7 +91,7 @@ def simulate_power(
     restarts: int = 40,
     bootstrap: int = 100,
     bootstrap_restarts: int = 3,
-) -> dict:
+) -> PowerSimulation:
     """Realised power of ``loopscale compare`` on ``design``: ``k`` pairs of tables, the base drawn from the
     prior and the variant from the prior with φ + ``delta`` on its looped runs, the r = 1 runs shared (the
     same losses in both); each pair goes through ``loopscale compare``'s shared-nuisance estimate and counts
@@ -117,22 +118,15 @@ def simulate_power(
                 bootstrap_restarts=bootstrap_restarts,
                 seed=seed + j,
             )
-            rows.append(
-                {
-                    "seed": seed + j,
-                    "delta_phi": out["estimate"],
-                    "ci": out["ci"],
-                    "detected": out["resolved"],
-                }
-            )
+            rows.append(PowerDraw(seed + j, out["estimate"], tuple(out["ci"]), out["resolved"]))
             advance(1)
-    return {
-        "k": k,
-        "delta_phi": delta,
-        "power": float(np.mean([row["detected"] for row in rows])),
-        "median_ci_width": float(np.median([row["ci"][1] - row["ci"][0] for row in rows])),
-        "per_seed": rows,
-    }
+    return PowerSimulation(
+        k=k,
+        delta_phi=delta,
+        power=float(np.mean([row.detected for row in rows])),
+        median_ci_width=float(np.median([row.ci[1] - row.ci[0] for row in rows])),
+        per_seed=tuple(rows),
+    )
 
 
 def simulate_power_in_loop(
@@ -146,7 +140,7 @@ def simulate_power_in_loop(
     target: float = 0.8,
     rounds: int = 6,
     **settings,
-) -> tuple[PathPoint | None, dict | None, list[dict]]:
+) -> tuple[PathPoint | None, PowerSimulation | None, list[PowerRound]]:
     """The cheapest design whose *simulated* Δφ power (``simulate_power``: ``k`` base/variant pairs through
     ``loopscale compare``) ≥ ``target``, by ``bracket_search`` with at most ``rounds`` simulated designs.
 
@@ -160,8 +154,8 @@ def simulate_power_in_loop(
     shared = (cands.r == 1).astype(float)
     se = {id(p): delta_phi_se(info, p.design.weights(len(cands.runs)), shared) for p in points}
     front = pareto(points, score=lambda p: se[id(p)])
-    log: list[dict] = []
-    sims: dict[int, dict] = {}
+    log: list[PowerRound] = []
+    sims: dict[int, PowerSimulation] = {}
 
     def first_reaching(inflation: float) -> int:
         return next(
@@ -173,22 +167,26 @@ def simulate_power_in_loop(
         sims[i] = simulate_power(cands, info, prior, point.design, delta, k, **settings)
         (row,) = power_table(cands, info, [point], delta)  # runs and FLOPs per arm, SE, predicted power
         log.append(
-            {
-                **{key: v for key, v in row.items() if key not in ("label", "power")},
-                "design": point.design.label,
-                "idx": point.design.idx.tolist(),
-                "replicates": point.design.replicates,
-                "flops": point.flops,
-                "cost": point.cost,
-                "predicted_power": row["power"],
-                "simulated": {key: v for key, v in sims[i].items() if key != "per_seed"},
-                "reaches_target": bool(sims[i]["power"] >= target),
-            }
+            PowerRound(
+                runs_base=row.runs_base,
+                runs_variant=row.runs_variant,
+                flops_base=row.flops_base,
+                flops_variant=row.flops_variant,
+                se_delta_phi=row.se_delta_phi,
+                design=point.design.label,
+                idx=tuple(point.design.idx.tolist()),
+                replicates=point.design.replicates,
+                flops=point.flops,
+                cost=point.cost,
+                predicted_power=row.power,
+                simulated=sims[i].summary,
+                reaches_target=bool(sims[i].power >= target),
+            )
         )
-        return sims[i]["power"] >= target
+        return sims[i].power >= target
 
     def aim(i: int) -> int:
-        realised = min(max(sims[i]["power"], 0.5 / k), 1 - 0.5 / k)
+        realised = min(max(sims[i].power, 0.5 / k), 1 - 0.5 / k)
         denominator = Z95 + float(norm.ppf(realised))  # power ≈ Φ(Δ/SE − z): the SE the simulation implies
         if denominator <= 0:
             return len(front) - 1

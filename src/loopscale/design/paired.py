@@ -22,17 +22,50 @@ analysed interval, is not in this design SE.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from scipy.stats import norm
 from scipy.stats import t as student_t
 
+from loopscale.design.results import PairPick
 from loopscale.errors import UserError
 from loopscale.fit.bootstrap import effect_groups
 from loopscale.fit.effect_rule import TEST_LEVEL, known_covariance, known_sandwich
+from loopscale.fit.results import RunNoise
 from loopscale.fit.table import RunTable
 from loopscale.recipes import RECIPES
+
+if TYPE_CHECKING:
+    from loopscale.fit.fitter import LawFit
+
+
+@dataclass(frozen=True)
+class BaseSweep:
+    """A published base sweep (``read_base``): its results table, each run's cost (measured wall seconds
+    where the table has them, else its FLOPs) and its sweep spec as the YAML mapping it was read from."""
+
+    table: RunTable
+    cost: np.ndarray
+    spec: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PairPlan:
+    """``plan_pairs``: the base's table, its law (paper form, a ``LawFit``), seed noise, the pair errors'
+    iid sd and (r, width) sd (nats), the pairs picked, the base's spec mapping and the unit of the cost
+    (``"s"``: measured wall seconds, else training FLOPs)."""
+
+    table: RunTable
+    fit: LawFit
+    noise: RunNoise
+    sigma_pair: float
+    cluster_sd: float
+    picked: PairPick
+    spec: dict[str, Any]
+    cost_unit: Literal["s", "FLOPs"]
 
 
 def _variances(g: np.ndarray, cov: np.ndarray) -> tuple[float, float]:
@@ -57,11 +90,11 @@ def pick_pairs(
     df: int | None = None,
     count: int | None = None,
     target_half_width: float | None = None,
-) -> dict:
+) -> PairPick:
     """Greedy choice among the base's looped runs (``slope``: ∂L̂/∂φ per run in nats, ``cost`` per run; pair
-    errors: iid ``sigma_pair`` plus ``cluster_sd`` per (r, width) group, nats) → {"runs" (row indices), "se"
-    (Δφ beyond an offset), "se_alone" (Δφ of the Δφ-only model), "half_width" (95%: t on ``df`` degrees of
-    freedom, normal if None), "cost", "flops"}. Stops at ``count`` runs or when the half-width reaches
+    errors: iid ``sigma_pair`` plus ``cluster_sd`` per (r, width) group, nats) → ``PairPick``: the rows, SE
+    of Δφ beyond an offset and of the Δφ-only model, the 95% half-width (t on ``df`` degrees of freedom,
+    normal if None), cost and FLOPs. Stops at ``count`` runs or when the half-width reaches
     ``target_half_width``."""
     if count is None and target_half_width is None:
         raise ValueError("give count or target_half_width")
@@ -120,15 +153,15 @@ def pick_pairs(
         chosen.append(rest[int(np.argmax(gains))])
     rows = sorted(chosen, key=lambda i: (base.budget[i], base.r[i], base.width[i], base.seed[i]))
     beyond, alone = variances(rows)
-    return {
-        "runs": rows,
-        "order": list(chosen),  # greedy: each cell adds most precision per cost given those before
-        "se": math.sqrt(beyond),
-        "se_alone": math.sqrt(alone),
-        "half_width": quantile * math.sqrt(beyond),
-        "cost": float(c[rows].sum()),
-        "flops": float(base.budget[rows].sum()),
-    }
+    return PairPick(
+        runs=tuple(rows),
+        order=tuple(chosen),  # greedy: each cell adds most precision per cost given those before
+        se=math.sqrt(beyond),
+        se_alone=math.sqrt(alone),
+        half_width=quantile * math.sqrt(beyond),
+        cost=float(c[rows].sum()),
+        flops=float(base.budget[rows].sum()),
+    )
 
 
 def power_beyond_offset(delta_phi: float, se: float) -> float:
@@ -139,9 +172,8 @@ def power_beyond_offset(delta_phi: float, se: float) -> float:
     return float(norm.cdf(abs(delta_phi) / se - z) + norm.cdf(-abs(delta_phi) / se - z))
 
 
-def read_base(folder: Path) -> tuple[RunTable, np.ndarray, dict]:
-    """A published base sweep folder → (its results table, each run's cost: measured wall seconds where the
-    table has them, else its FLOPs, and its sweep spec as a mapping)."""
+def read_base(folder: Path) -> BaseSweep:
+    """A published base sweep folder → its results table, each run's cost and its spec (``BaseSweep``)."""
     from loopscale.config import load_yaml
     from loopscale.fit.table import load_table
     from loopscale.sweep.results import read_results
@@ -156,21 +188,21 @@ def read_base(folder: Path) -> tuple[RunTable, np.ndarray, dict]:
     table = load_table(rows)
     wall = np.array([float(row.get("wall_time_s") or math.nan) for row in rows])
     cost = wall if np.all(np.isfinite(wall) & (wall > 0)) else table.budget.copy()
-    return table, cost, load_yaml(spec_path)
+    return BaseSweep(table, cost, load_yaml(spec_path))
 
 
 def plan_pairs(
     folder: Path, *, count: int | None = None, target_half_width: float | None = None, restarts: int = 200,
     seed: int = 0,
-) -> dict:  # fmt: skip
-    """The base's law (paper form), its seed noise and the pairs ``pick_pairs`` chooses → a plan dict:
-    {"table", "fit", "noise" (``fit.results.RunNoise``), "sigma_pair", "picked", "spec", "cost_unit"}."""
+) -> PairPlan:  # fmt: skip
+    """The base's law (paper form), its seed noise and the pairs ``pick_pairs`` chooses (``PairPlan``)."""
     from loopscale.fit.bootstrap import law_jacobian, variance_components
     from loopscale.fit.effects import phi_slope_at
     from loopscale.fit.fitter import fit_law
     from loopscale.fit.lawcheck import replicate_noise
 
-    table, cost, spec = read_base(folder)
+    base = read_base(folder)
+    table, cost = base.table, base.cost
     noise = replicate_noise(table)
     if noise is None:
         raise UserError(f"the base {folder} has no replicate seeds: the pairs' noise cannot be estimated")
@@ -187,17 +219,16 @@ def plan_pairs(
         target_half_width=target_half_width,
     )  # fmt: skip
     unit = "s" if not np.array_equal(cost, table.budget) else "FLOPs"
-    return {"table": table, "fit": fit, "noise": noise, "sigma_pair": sigma_pair, "cluster_sd": cluster_sd,
-            "picked": picked, "spec": spec, "cost_unit": unit}  # fmt: skip
+    return PairPlan(table, fit, noise, sigma_pair, cluster_sd, picked, base.spec, unit)
 
 
-def variant_spec(plan: dict, recipe: str, name: str, runs: list[int] | None = None) -> dict:
-    """A sweep spec (mapping) of the variant runs at the picked cells (``runs``: these rows of the base
-    table instead, in this order): the base's template, recipe and data, one group per pair so each run
-    keeps the base run's seed."""
+def variant_spec(plan: PairPlan, recipe: str, name: str, runs: list[int] | None = None) -> dict:
+    """A sweep spec in its YAML form (the mapping ``yaml.safe_dump`` writes and ``config.from_dict`` parses)
+    of the variant runs at the picked cells (``runs``: these rows of the base table instead, in this order):
+    the base's template, recipe and data, one group per pair so each run keeps the base run's seed."""
     if recipe not in RECIPES:
         raise UserError(f"unknown recipe {recipe!r}; choose one of {', '.join(RECIPES)}")
-    t, base = plan["table"], plan["spec"]
+    t, base = plan.table, plan.spec
     groups = [
         {
             "name": f"pair{k}-s{int(t.seed[i])}",
@@ -206,33 +237,33 @@ def variant_spec(plan: dict, recipe: str, name: str, runs: list[int] | None = No
             "grid": [{"budget": float(t.budget[i]), "widths": [int(t.width[i])]}],
             **RECIPES[recipe],
         }
-        for k, i in enumerate(plan["picked"]["runs"] if runs is None else runs)
+        for k, i in enumerate(plan.picked.runs if runs is None else runs)
     ]
     keys = ("batch_tokens", "model", "train", "nproc")
     return {"name": name, **{k: base[k] for k in keys if k in base}, "groups": groups}
 
 
-def plan_lines(plan: dict) -> list[str]:
+def plan_lines(plan: PairPlan) -> list[str]:
     """The picked cells and what they can tell, as text."""
-    t, p = plan["table"], plan["picked"]
+    t, p = plan.table, plan.picked
     cells = ", ".join(
-        f"C = {t.budget[i]:.3g} d = {t.width[i]:.0f} r = {t.r[i]} seed {t.seed[i]:.0f}" for i in p["runs"]
+        f"C = {t.budget[i]:.3g} d = {t.width[i]:.0f} r = {t.r[i]} seed {t.seed[i]:.0f}" for i in p.runs
     )
     cost = (
-        f"{p['cost'] / 3600:.2f} h of single-thread runs (the base's measured wall time at these cells; "
-        f"≈ {p['cost'] / 2 / 3600:.2f} h on 2 cores as 2 workers × 1 thread)"
-        if plan["cost_unit"] == "s"
-        else f"{p['cost']:.3g} FLOPs"
+        f"{p.cost / 3600:.2f} h of single-thread runs (the base's measured wall time at these cells; "
+        f"≈ {p.cost / 2 / 3600:.2f} h on 2 cores as 2 workers × 1 thread)"
+        if plan.cost_unit == "s"
+        else f"{p.cost:.3g} FLOPs"
     )
     return [
-        f"{len(p['runs'])} variant runs paired with the base's: {cells}",
-        f"training FLOPs {p['flops']:.3g}; cost {cost}",
-        f"predicted SE of delta phi beyond an offset {p['se']:.3f} "
-        f"(95% half-width {p['half_width']:.3f}, t on {plan['noise'].df} df; "
+        f"{len(p.runs)} variant runs paired with the base's: {cells}",
+        f"training FLOPs {p.flops:.3g}; cost {cost}",
+        f"predicted SE of delta phi beyond an offset {p.se:.3f} "
+        f"(95% half-width {p.half_width:.3f}, t on {plan.noise.df} df; "
         "the base law's own uncertainty comes on top); "
-        f"delta phi alone {p['se_alone']:.3f}; pair noise sd {plan['sigma_pair']:.4f} nats (sqrt 2 x the "
-        f"base's seed noise {plan['noise'].sigma:.4f} on {plan['noise'].df} df) and an (r, width) sd "
-        f"{plan['cluster_sd']:.4f} nats (the base law's own misfit per (r, width))",
+        f"delta phi alone {p.se_alone:.3f}; pair noise sd {plan.sigma_pair:.4f} nats (sqrt 2 x the "
+        f"base's seed noise {plan.noise.sigma:.4f} on {plan.noise.df} df) and an (r, width) sd "
+        f"{plan.cluster_sd:.4f} nats (the base law's own misfit per (r, width))",
         "power to tell delta phi from an offset (4% test): "
-        + ", ".join(f"{d:+.2f}: {power_beyond_offset(d, p['se']):.2f}" for d in (-0.08, 0.19)),
+        + ", ".join(f"{d:+.2f}: {power_beyond_offset(d, p.se):.2f}" for d in (-0.08, 0.19)),
     ]

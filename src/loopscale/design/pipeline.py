@@ -9,6 +9,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -23,6 +24,17 @@ from loopscale.design.delta_phi import cheapest_with_power, power_table, simulat
 from loopscale.design.document import design_spec, extension_spec, summary_row
 from loopscale.design.predict import Information
 from loopscale.design.prior import Prior, load_prior, prior_from_table
+from loopscale.design.results import (
+    CandidateSpace,
+    DesignConstraints,
+    DesignDocument,
+    DesignPower,
+    DesignTarget,
+    ParetoPoint,
+    PowerRound,
+    PowerSearch,
+    SimulationRound,
+)
 from loopscale.design.search import (
     Constraints,
     PathPoint,
@@ -42,6 +54,7 @@ from loopscale.sweep.collect import collect_rows
 from loopscale.sweep.plan import PlannedRun, WallEstimate, default_layout, plan_sweep
 from loopscale.sweep.spec import SweepSpec
 
+WallRow = TypeVar("WallRow", SimulationRound, PowerRound)  # a simulated design's log row
 TARGETS = ("target_ci", "flop_cap", "flop_fraction", "wall_cap", "wall_fraction")
 HOLDABLE = ("E", "A", "B", "alpha", "beta")  # φ is what a design measures: never held
 
@@ -171,8 +184,8 @@ def make_design(
     *,
     partial: PartialSweep | None = None,
     wall: WallModel | None = None,
-) -> dict:
-    """The design document of ``loopscale design`` (``format_design`` prints it; ``doc["spec"]`` is the
+) -> DesignDocument:
+    """The design document of ``loopscale design`` (``format_design`` prints it; ``doc.spec`` is the
     emitted sweep spec as YAML). Each simulated design shows a progress bar of its fits."""
     settings.validate()
     if partial is None:
@@ -223,7 +236,7 @@ def make_design(
     if settings.wall_fraction is not None:
         wall_cap = settings.wall_fraction * ref_cost  # --cost wall: the reference's estimated wall seconds
     sims: dict[str, Realisation] = {}
-    rounds: list[dict] = []
+    rounds: list[SimulationRound] = []
     sim_kw = settings.simulation_settings
     if settings.simulate and settings.reference_sim:
         sims["reference"] = simulate(ref_cands, ref_info, prior, ref_design, settings.simulate, **sim_kw)
@@ -268,7 +281,7 @@ def make_design(
             "design": chosen.design.cost(cands, shares),
             "reference": float(ref_shares[ref_design.idx].sum() * ref_design.replicates),
         }
-        _attach_wall(rounds, cands, shares)
+        rounds = _attach_wall(rounds, cands, shares)
     inflation = 1.0
     if "design" in sims:
         inflation = max(1.0, sims["design"].ci_width["phi"] / chosen.predicted["phi"])
@@ -295,57 +308,63 @@ def make_design(
             **sim_kw,
         )
         if shares is not None:
-            _attach_wall(power_log, cands, shares)
-        realised_power = {
-            "target_power": settings.target_power,
-            "k": settings.simulate_power,
-            "design": None if found is None else found.design.label,
-            "power": None if sim_power is None else sim_power["power"],
-            "median_ci_width": None if sim_power is None else sim_power["median_ci_width"],
-            "flops": None if found is None else found.flops,
-            "candidates": power_log,
-        }
-    return {
-        "prior": prior.to_dict(),
-        "held": sorted(set(settings.hold or [])),
-        "reference": ref_label,
+            power_log = _attach_wall(power_log, cands, shares)
+        realised_power = PowerSearch(
+            target_power=settings.target_power,
+            k=settings.simulate_power,
+            design=None if found is None else found.design.label,
+            power=None if sim_power is None else sim_power.power,
+            median_ci_width=None if sim_power is None else sim_power.median_ci_width,
+            flops=None if found is None else found.flops,
+            candidates=tuple(power_log),
+        )
+    restrict = settings.restrict
+    return DesignDocument(
+        prior=prior.to_dict(),
+        held=tuple(sorted(set(settings.hold or []))),
+        reference=ref_label,
         # the candidate space as given (None: the reference's own), which the run indices point into
-        "candidate_space": {"group": settings.group, **settings.restrict},
-        "constraints": {**dataclasses.asdict(constraints), "problems": problems},
-        "reference_constraint_problems": ref_problems,
-        "target": {
-            "ci_phi": target_ci,
-            "flop_cap": cap,
-            "wall_cap_seconds": wall_cap,
-            "source": target_source,
-        },
-        "cost": settings.cost,
-        "wall_source": wall.source if shares is not None else None,
-        "design": summary_row(chosen, cands, seconds.get("design"), sims.get("design"), new_only=True),
-        "reference_grid": summary_row(
+        candidate_space=CandidateSpace(
+            group=settings.group,
+            budgets=_tuple(restrict["budgets"]),
+            rs=_tuple(restrict["rs"]),
+            widths=_tuple(restrict["widths"]),
+            beta_held=restrict["beta_held"],
+        ),
+        constraints=DesignConstraints(**dataclasses.asdict(constraints), problems=tuple(problems)),
+        reference_constraint_problems=tuple(ref_problems),
+        target=DesignTarget(ci_phi=target_ci, flop_cap=cap, wall_cap_seconds=wall_cap, source=target_source),
+        cost=settings.cost,
+        wall_source=wall.source if shares is not None else None,
+        design=summary_row(chosen, cands, seconds.get("design"), sims.get("design"), new_only=True),
+        reference_grid=summary_row(
             ref_point, ref_cands, seconds.get("reference"), sims.get("reference"), new_only=False
         ),
-        "simulation_rounds": rounds,
-        "pareto": [
-            {
-                "design": p.design.label,
-                "flops": p.flops,
-                "cost": p.cost,
-                "replicates": p.design.replicates,
-                "runs": int(len(p.design.idx)),
-                "predicted": p.predicted,
-                "step": p.step,
-            }
+        simulation_rounds=tuple(rounds),
+        pareto=tuple(
+            ParetoPoint(
+                design=p.design.label,
+                flops=p.flops,
+                cost=p.cost,
+                replicates=p.design.replicates,
+                runs=int(len(p.design.idx)),
+                predicted=p.predicted,
+                step=p.step,
+            )
             for p in front
-        ],
-        "power": {
-            "delta_phi": settings.delta_phi,
-            "optimism_factor": inflation,
-            "rows": power,
-            "simulated": realised_power,
-        },
-        "spec": dump_yaml(out_spec),
-    }
+        ),
+        power=DesignPower(
+            delta_phi=settings.delta_phi,
+            optimism_factor=inflation,
+            rows=tuple(power),
+            simulated=realised_power,
+        ),
+        spec=dump_yaml(out_spec),
+    )
+
+
+def _tuple(values: list | None) -> tuple | None:
+    return None if values is None else tuple(values)
 
 
 def _partial(
@@ -377,10 +396,14 @@ def _partial(
     return prior, partial_sweep_candidates(partial.spec, failed, extra)
 
 
-def _attach_wall(rows: list[dict], cands: Candidates, shares: np.ndarray) -> None:
-    """Add each simulated design's estimated wall seconds (``est_seconds``) to its log row."""
-    for row in rows:
-        row["est_seconds"] = RunDesign(np.array(row["idx"], int), row["replicates"]).cost(cands, shares)
+def _attach_wall(rows: list[WallRow], cands: Candidates, shares: np.ndarray) -> list[WallRow]:
+    """Each simulated design's log row with its estimated wall seconds (``est_seconds``)."""
+    return [
+        dataclasses.replace(
+            row, est_seconds=RunDesign(np.array(row.idx, int), row.replicates).cost(cands, shares)
+        )
+        for row in rows
+    ]
 
 
 def _wall_shares(

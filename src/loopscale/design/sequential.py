@@ -86,7 +86,8 @@ def sequential_calibration(
             known=None if sim.known is None else sim.known[:n, :n],
         )  # fmt: skip
         rule = calibrate_rule(part, available, fitted, simulations_for(size), rng, size)
-        names, fits = run_rule(part, rule, change[:, :n], pick)
+        run = run_rule(part, rule, change[:, :n], pick)
+        names, fits = run.chosen, run.fits
         named = np.array([name not in (TOKENS_ONLY, UNATTRIBUTED) for name in names])
         ends = (stopped < 0) & (named | (k == len(counts) - 1))
         for m, (beta, se) in fits.items():

@@ -9,13 +9,12 @@ front (``bracket_search``) finds the cheapest design that reaches it in simulati
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-
 import numpy as np
 
 from loopscale.design.candidates import Candidates
 from loopscale.design.predict import Information
 from loopscale.design.prior import Prior
+from loopscale.design.results import Realisation, SimulationRound
 from loopscale.design.search import PathPoint, RunDesign, bracket_search, choose, pareto, within_cap
 from loopscale.errors import UserError
 from loopscale.fit.bootstrap import bootstrap_fit
@@ -25,23 +24,6 @@ from loopscale.progress import progress_bar
 
 REPORTED = ("phi", "alpha", "beta", "E")  # the CI widths a design reports
 AGREEMENT = 0.25  # prediction and realisation should agree within ±25%
-
-
-@dataclass(frozen=True)
-class Realisation:
-    """What ``K`` simulated sweeps of a design gave: the fit's 95% bootstrap CI widths (median over seeds),
-    how often the CI covered the prior's φ, and the share of bootstrap refits with φ on the box."""
-
-    k: int
-    ci_width: dict[str, float]  # median over seeds
-    coverage: float  # share of seeds whose φ CI covers the prior's φ
-    phi_median: float
-    phi_at_bound: float  # share of bootstrap refits (all seeds) with φ at a bound
-    per_seed: list[dict] = field(default_factory=list)
-    settings: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def simulate(
@@ -96,7 +78,7 @@ def simulate(
         coverage=float(np.mean([row["covered"] for row in rows])),
         phi_median=float(np.median([row["phi"] for row in rows])),
         phi_at_bound=float(np.mean(np.concatenate(phi_bound))),
-        per_seed=rows,
+        per_seed=tuple(rows),
         settings={"restarts": restarts, "bootstrap": bootstrap, "bootstrap_restarts": bootstrap_restarts},
     )
 
@@ -113,7 +95,7 @@ def simulate_in_loop(
     cost_cap: float | None = None,
     rounds: int = 6,
     **settings,
-) -> tuple[PathPoint, Realisation, list[dict]]:
+) -> tuple[PathPoint, Realisation, list[SimulationRound]]:
     """Choose a design with the simulation in the loop, because the asymptotics flatter sparse designs.
 
     Target CI width: the cheapest design whose *realised* width ≤ ``target_ci``, searched on one Pareto
@@ -129,7 +111,7 @@ def simulate_in_loop(
     ``rounds``, narrowest first) and keep the narrowest realised. Returns (chosen point, its realisation,
     one log row per simulated design, in the order simulated). ``settings`` go to ``simulate``; every
     design is simulated with the same seeds."""
-    log: list[dict] = []
+    log: list[SimulationRound] = []
 
     realised: dict[int, tuple[PathPoint, Realisation]] = {}  # id(point) -> every simulated design
 
@@ -137,17 +119,17 @@ def simulate_in_loop(
         real = simulate(cands, info, prior, point.design, k, **settings)
         realised[id(point)] = (point, real)
         log.append(
-            {
-                "design": point.design.label,
-                "idx": point.design.idx.tolist(),
-                "replicates": point.design.replicates,
-                "runs": int(len(point.design.idx) * point.design.replicates),
-                "flops": point.flops,
-                "cost": point.cost,
-                "predicted": point.predicted,
-                "realised": real.to_dict(),
-                "reaches_target": None if target is None else bool(real.ci_width["phi"] <= target),
-            }
+            SimulationRound(
+                design=point.design.label,
+                idx=tuple(point.design.idx.tolist()),
+                replicates=point.design.replicates,
+                runs=int(len(point.design.idx) * point.design.replicates),
+                flops=point.flops,
+                cost=point.cost,
+                predicted=point.predicted,
+                realised=real,
+                reaches_target=None if target is None else bool(real.ci_width["phi"] <= target),
+            )
         )
         return real
 

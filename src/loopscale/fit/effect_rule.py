@@ -41,6 +41,7 @@ from scipy.stats import chi2
 from scipy.stats import t as t_dist
 
 from loopscale.fit.effect_results import Calibration
+from loopscale.fit.rule_results import NoiseComponents, Truth
 
 TERMS = ("every", "offset", "delta_phi")  # a constant on every pair, a constant on looped pairs, Δφ
 TERM_LABELS = {"every": "every model", "offset": "offset", "delta_phi": "delta phi"}
@@ -63,7 +64,7 @@ def submodels(terms: tuple[str, ...]) -> list[tuple[str, ...]]:
     return [c for k in range(1, len(terms) + 1) for c in itertools.combinations(terms, k)]
 
 
-def noise_components(resid: np.ndarray, cluster: np.ndarray, k: int) -> dict[str, float]:
+def noise_components(resid: np.ndarray, cluster: np.ndarray, k: int) -> NoiseComponents:
     """Method-of-moments variances of the residuals (nats²): ``iid`` from the spread within (r, width)
     clusters, ``cluster`` from the spread of the cluster means beyond it, and ``cluster_upper``, an upper
     bound of the latter that is never 0: the one-sided ``NOISE_UPPER`` upper confidence bound of the
@@ -77,17 +78,17 @@ def noise_components(resid: np.ndarray, cluster: np.ndarray, k: int) -> dict[str
     df_within = len(resid) - groups
     if df_within <= 0:
         iid = float(np.sum(resid**2)) / max(len(resid) - k, 1)
-        return {"iid": iid, "cluster": 0.0, "cluster_upper": 0.0, "i2": 0.0}
+        return NoiseComponents(iid=iid, cluster=0.0, cluster_upper=0.0, i2=0.0)
     iid = float(np.sum((resid - means[cluster]) ** 2)) / df_within
     between = float(np.sum(counts * (means - np.average(means, weights=counts)) ** 2)) / max(groups - 1, 1)
     n_bar = max((len(resid) - np.sum(counts**2) / len(resid)) / max(groups - 1, 1), 1e-12)
     upper = between * (groups - 1) / float(chi2.ppf(1 - NOISE_UPPER, max(groups - 1, 1)))
-    return {
-        "iid": iid,
-        "cluster": max(0.0, (between - iid) / n_bar),
-        "cluster_upper": upper / n_bar,
-        "i2": max(0.0, 1 - iid / max(between, 1e-300)),
-    }
+    return NoiseComponents(
+        iid=iid,
+        cluster=max(0.0, (between - iid) / n_bar),
+        cluster_upper=upper / n_bar,
+        i2=max(0.0, 1 - iid / max(between, 1e-300)),
+    )
 
 
 def known_covariance(cluster: np.ndarray, sd: float, cluster_sd: float) -> np.ndarray:
@@ -286,22 +287,29 @@ def calibrate_rule(
     return Rule(available, size, float(np.quantile(null["any"], level)), crit, null)
 
 
-def run_rule(sim: Simulator, rule: Rule, change: np.ndarray, pick: np.ndarray) -> tuple[np.ndarray, dict]:
-    """The rule on simulated tables → (chosen model name [S], every submodel's (coefficients, SEs))."""
+@dataclass(frozen=True)
+class RuleRun:
+    """The rule on ``S`` simulated tables (``run_rule``): the chosen model name per table [S] and every
+    submodel's fit {terms: (coefficients [S, k], SEs [S, k])}."""
+
+    chosen: np.ndarray
+    fits: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]]
+
+
+def run_rule(sim: Simulator, rule: Rule, change: np.ndarray, pick: np.ndarray) -> RuleRun:
+    """The rule on simulated tables ``change`` [S, n] read through base-law draws ``pick`` [S]."""
     fits = {m: sim.estimates(m, change, pick) for m in submodels(rule.available)}
     f_ratio = sim.any_excess(rule.available, change - sim.token_draws[pick], sim.slope_draws[pick])
-    return rule.decide(f_ratio, fits), fits
+    return RuleRun(rule.decide(f_ratio, fits), fits)
 
 
-def truths(available: tuple[str, ...], fitted: dict) -> list[dict]:
+def truths(available: tuple[str, ...], fitted: dict) -> list[Truth]:
     """The truths of the calibration table: no effect, each submodel at its fit to these pairs, and Δφ alone
     at each reference size (the power to name a Δφ of that size on this design)."""
-    rows = [{"label": TOKENS_ONLY, "truth": {}}]
-    rows += [{"label": model_name(m), "truth": {t: fitted[m][t] for t in m}} for m in submodels(available)]
+    rows = [Truth(TOKENS_ONLY, {})]
+    rows += [Truth(model_name(m), {t: fitted[m][t] for t in m}) for m in submodels(available)]
     if "delta_phi" in available:
-        rows += [
-            {"label": f"delta phi = {d:+.2f}", "truth": {"delta_phi": float(d)}} for d in REFERENCE_EFFECTS
-        ]
+        rows += [Truth(f"delta phi = {d:+.2f}", {"delta_phi": float(d)}) for d in REFERENCE_EFFECTS]
     return rows
 
 
@@ -317,8 +325,9 @@ def calibrate(
     terms_of = {model_name(m): m for m in submodels(rule.available)}
     out = {}
     for row in truths(rule.available, fitted):
-        change, pick = sim.tables(row["truth"], count, rng)
-        chosen, fits = run_rule(sim, rule, change, pick)
+        change, pick = sim.tables(row.truth, count, rng)
+        run = run_rule(sim, rule, change, pick)
+        chosen, fits = run.chosen, run.fits
         wrong = np.zeros(count, bool)
         disagree = np.zeros(count, bool)
         named = {t: np.zeros(count, bool) for t in rule.available}
@@ -327,26 +336,26 @@ def calibrate(
             beta, se = fits[m]
             for j, t in enumerate(m):
                 named[t] |= rows
-                if t not in row["truth"]:
+                if t not in row.truth:
                     wrong |= rows
                 c = rule.term[m][t]
                 disagree |= rows & (beta[:, j] - c * se[:, j] <= 0) & (beta[:, j] + c * se[:, j] >= 0)
-        true_terms = tuple(t for t in rule.available if t in row["truth"])
+        true_terms = tuple(t for t in rule.available if t in row.truth)
         coverage = {}
-        if true_terms and len(true_terms) == len(row["truth"]):
+        if true_terms and len(true_terms) == len(row.truth):
             beta, se = fits[true_terms]
             for j, t in enumerate(true_terms):
                 c = rule.term[true_terms][t]
-                coverage[t] = float(np.mean(np.abs(beta[:, j] - row["truth"][t]) <= c * se[:, j]))
-        true_name = model_name(tuple(row["truth"]))
-        out[row["label"]] = Calibration(
+                coverage[t] = float(np.mean(np.abs(beta[:, j] - row.truth[t]) <= c * se[:, j]))
+        true_name = model_name(tuple(row.truth))
+        out[row.label] = Calibration(
             model=true_name,
-            truth=dict(row["truth"]),
+            truth=dict(row.truth),
             chosen={name: float(np.mean(chosen == name)) for name in names},
             wrong_attribution=float(wrong.mean()),
             disagreement=float(disagree.mean()),
             power=float(np.mean(chosen == true_name)),
-            term_power={t: float(named[t].mean()) for t in row["truth"] if t in named},
+            term_power={t: float(named[t].mean()) for t in row.truth if t in named},
             coverage=coverage,
         )
     return out

@@ -68,6 +68,7 @@ from loopscale.fit.effect_shapes import (
 )
 from loopscale.fit.fitter import LawFit, design_for
 from loopscale.fit.law import PARAMS, PHI, log_prediction
+from loopscale.fit.rule_results import NoiseComponents
 from loopscale.fit.table import RunTable
 
 STEP = 1e-4  # central-difference step in φ for ∂L/∂φ
@@ -318,11 +319,11 @@ def analyse_pairs(
     noise = (
         noise_components(excess - full["fitted"], pairs.cluster, len(terms))
         if seed_noise is None
-        else {
-            "iid": seed_noise["sd"] ** 2,
-            "cluster": seed_noise["cluster_sd"] ** 2,
-            "cluster_upper": seed_noise["cluster_sd"] ** 2,
-        }
+        else NoiseComponents(
+            iid=seed_noise["sd"] ** 2,
+            cluster=seed_noise["cluster_sd"] ** 2,
+            cluster_upper=seed_noise["cluster_sd"] ** 2,
+        )
     )
     sim = Simulator(
         token_fit,
@@ -331,7 +332,7 @@ def analyse_pairs(
         law.phi_slope(law.draws),
         looped,
         pairs.cluster,
-        {"iid": noise["iid"], "cluster": noise["cluster_upper"]},
+        {"iid": noise.iid, "cluster": noise.cluster_upper},
         t_df,
         known,
     )
@@ -424,11 +425,11 @@ def analyse_pairs(
         "shapes": shapes,
         "also_consistent": also_consistent(chosen_terms, shapes),
         "heterogeneity": {
-            "cluster_sd": math.sqrt(left["cluster"]),
-            "iid_sd": math.sqrt(left["iid"]),
-            "i2": left["i2"],
+            "cluster_sd": math.sqrt(left.cluster),
+            "iid_sd": math.sqrt(left.iid),
+            "i2": left.i2,
         },
-        "noise": {k: math.sqrt(v) for k, v in noise.items() if k in ("iid", "cluster", "cluster_upper")},
+        "noise": {k: math.sqrt(getattr(noise, k)) for k in ("iid", "cluster", "cluster_upper")},
         "errors": {"kind": "cluster-robust"}
         if seed_noise is None
         else {"kind": "known", "sd": seed_noise["sd"], "cluster_sd": seed_noise["cluster_sd"], "df": t_df},
@@ -571,7 +572,7 @@ def pooled_cluster_sd(
     resid = excess - x @ np.linalg.lstsq(x, excess, rcond=None)[0]
     groups = len(pairs.cluster_keys)
     df = groups - 1 if len(pairs) > groups else 0
-    estimate = noise_components(resid, pairs.cluster, x.shape[1])["cluster"] if df else None
+    estimate = noise_components(resid, pairs.cluster, x.shape[1]).cluster if df else None
     pooled = (prior_df * prior_sd**2 + (df * estimate if df else 0.0)) / (prior_df + df)
     return PooledClusterSd(
         cluster_sd=math.sqrt(pooled),

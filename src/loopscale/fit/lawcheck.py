@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.stats import chi2
@@ -215,6 +216,15 @@ def pooled_lobo_rmse(rows) -> float | None:
 # Extensions, φ per budget and per half
 
 
+@dataclass(frozen=True)
+class ExtensionTests:
+    """``extension_tests``: one row per extension tested, and each extension's refit by form name (which
+    ``select_form`` reuses for its leave-one-budget-out predictions)."""
+
+    rows: tuple[LawExtension, ...]
+    fits: dict[str, LawFit]
+
+
 def extension_tests(
     table: RunTable,
     fit: LawFit,
@@ -223,7 +233,7 @@ def extension_tests(
     sigma: float | None,
     seed: int = 0,
     restarts: int = CHECK_RESTARTS,
-) -> tuple[list[LawExtension], dict[str, LawFit]]:
+) -> ExtensionTests:
     """Each one-parameter extension: estimate, cell-bootstrap CI, LR statistic, AIC, leave-out RMSE."""
     n = len(table)
     rows, fits = [], {}
@@ -267,7 +277,7 @@ def extension_tests(
                 phi0_ci=phi0_ci,
             )
         )
-    return rows, fits
+    return ExtensionTests(tuple(rows), fits)
 
 
 def select_form(
@@ -443,7 +453,8 @@ def check_law(
     lobo = tuple(leave_one_budget_out(table, fit, sigma, seed, restarts))
     step(1)
     rss_paper = least_squares_rss(fit, table, seed, restarts)
-    extensions, ext_fits = extension_tests(table, fit, rss_paper, resamples, sigma, seed, restarts)
+    tested = extension_tests(table, fit, rss_paper, resamples, sigma, seed, restarts)
+    extensions = list(tested.rows)
     step(1)
     per_budget = tuple(phi_per_budget(table, fit, resamples, seed, restarts))
     step(1)
@@ -456,7 +467,7 @@ def check_law(
     power = None
     selected = "paper"
     if rejected_by:
-        extensions, selected = select_form(extensions, paper_lobo, sigma, table, ext_fits, seed, restarts)
+        extensions, selected = select_form(extensions, paper_lobo, sigma, table, tested.fits, seed, restarts)
     elif evidence:
         power = phi_trend_power(table, fit, sigma, threshold)
     step(1)

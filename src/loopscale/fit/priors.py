@@ -138,13 +138,24 @@ def fixed_lines(fixed: dict[str, dict], prior: dict | None) -> list[str]:
     return lines
 
 
-def load_prior(spec: str) -> tuple[dict[str, float], dict[str, np.ndarray] | None, dict]:
-    """``--prior paper`` or ``--prior FIT.json`` → (values {alpha, beta, E}, draws or None, prior doc)."""
+@dataclass(frozen=True)
+class LoadedPrior:
+    """``load_prior``: the held values {alpha, beta, E} (natural units), their joint bootstrap draws
+    {label: [S]} or None (held exactly), and the prior's entry of ``settings.prior`` ({"source",
+    "resampled", "note"}, "samples" where resampled), the JSON ``fit.json`` records."""
+
+    values: dict[str, float]
+    draws: dict[str, np.ndarray] | None
+    doc: dict
+
+
+def load_prior(spec: str) -> LoadedPrior:
+    """``--prior paper`` or ``--prior FIT.json`` → the values it holds, their draws and its settings entry."""
     if spec == "paper":
         from loopscale.paper import JOINT_FIT
 
         values = {k: float(JOINT_FIT[k]) for k in PRIOR_LABELS}
-        return values, None, {"source": "paper", "resampled": False, "note": PAPER_NOTE}
+        return LoadedPrior(values, None, {"source": "paper", "resampled": False, "note": PAPER_NOTE})
     path = Path(spec)
     try:
         doc = json.loads(path.read_text())
@@ -166,7 +177,7 @@ def load_prior(spec: str) -> tuple[dict[str, float], dict[str, np.ndarray] | Non
         draws = None
     if draws is None or len({len(v) for v in draws.values()}) != 1 or len(draws["E"]) < 2:
         note = f"{spec} has no usable bootstrap samples of alpha, beta, E: they are held exactly"
-        return values, None, {"source": spec, "resampled": False, "note": note}
+        return LoadedPrior(values, None, {"source": spec, "resampled": False, "note": note})
     for k, v in draws.items():
         if v.ndim != 1 or not np.all(np.isfinite(v)) or (k == "E" and np.any(v <= 0)):
             raise UserError(f"--prior {spec}: bootstrap.samples.{k} has non-finite or invalid values")
@@ -177,7 +188,7 @@ def load_prior(spec: str) -> tuple[dict[str, float], dict[str, np.ndarray] | Non
         f"alpha, beta, E resampled: bootstrap refit i holds them at row i of its {n} joint bootstrap "
         "samples (cycled past the last), so their uncertainty is in phi's interval"
     )
-    return values, draws, {"source": spec, "resampled": True, "samples": n, "note": note}
+    return LoadedPrior(values, draws, {"source": spec, "resampled": True, "samples": n, "note": note})
 
 
 def build_held(fix: dict[str, float], prior: str | None, phi_fixed: bool = False) -> Held | None:
@@ -191,9 +202,10 @@ def build_held(fix: dict[str, float], prior: str | None, phi_fixed: bool = False
         both = [k for k in PRIOR_LABELS if k in values]
         if both:
             raise UserError(f"--fix and --prior both set {', '.join(both)}; give one of them")
-        prior_values, draws, doc = load_prior(prior)
-        values.update(prior_values)
-        sources.update({k: doc["source"] for k in prior_values})
+        loaded = load_prior(prior)
+        draws, doc = loaded.draws, loaded.doc
+        values.update(loaded.values)
+        sources.update({k: doc["source"] for k in loaded.values})
     if not values and not phi_fixed:
         return None
     return Held(values=values, sources=sources, draws=draws, prior=doc)
