@@ -24,7 +24,6 @@ from loopscale.fit.case_study_results import (
     LoopTaxGap,
     LossCell,
     LossChange,
-    Note,
     OptimumShift,
     PaperFormDelta,
     PaperReference,
@@ -145,7 +144,9 @@ def compare_arms(
     settings = {"restarts": restarts, "bootstrap_restarts": bootstrap_restarts, "seed": seed}
     shared = delta_phi_shared(arms, form, resamples=resamples, advance=advance, held=held, **settings)
     model, theta = shared_model(arms, form, held=held), np.array(shared.theta)
-    effects, power = _pairs(arms, form, restarts, resamples, seed, held, notes)
+    effects = _pairs(arms, form, restarts, resamples, seed, held)
+    if effects is None:
+        notes.append("no_pairs")
     paper_form = None
     if form != "paper":
         paper = delta_phi_shared(arms, "paper", resamples=0, held=held, **settings)
@@ -166,7 +167,7 @@ def compare_arms(
         optimum_shift=tuple(optimum_shift(arms)),
         loop_tax=ArmsLoopTax(loop_tax(arms.base_table), loop_tax(arms.variant_table)),
         effects=effects,
-        power=power,
+        power={} if effects is None else _effect_power(effects),
         runs=CaseRuns(
             base=len(arms.base_table),
             variant=int(arms.variant.sum()),
@@ -189,10 +190,10 @@ def compare_arms(
 
 
 def _pairs(
-    arms: Arms, form: str, restarts: int, resamples: int, seed: int, held: Held | None, notes: list[Note]
-) -> tuple[PairedEffects | None, dict[str, float]]:
-    """The matched-pair analysis under the base law of ``form`` and its rule's power; (None, {}) with the
-    note "no_pairs" added for tables without matched pairs (the shared fit alone)."""
+    arms: Arms, form: str, restarts: int, resamples: int, seed: int, held: Held | None
+) -> PairedEffects | None:
+    """The matched-pair analysis under the base law of ``form``; None for tables without matched pairs
+    (the shared fit alone: note "no_pairs")."""
     try:
         base_fit = fit_law(
             arms.base_table, restarts=restarts, seed=seed, extension=None if form == "paper" else form,
@@ -202,6 +203,5 @@ def _pairs(
             arms.base_table, arms.variant_runs, base_fit, base_resamples=resamples, seed=seed
         )
     except UserError:
-        notes.append("no_pairs")
-        return None, {}
-    return effects, _effect_power(effects)
+        return None
+    return effects

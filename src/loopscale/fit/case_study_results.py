@@ -259,6 +259,7 @@ _LEGACY_REASONS = {
     "the bootstrap interval has zero width": "zero_width",
     "the bootstrap interval excludes": "excludes_estimate",
 }
+_LEGACY_METHODS = {"shared nuisance:": "shared_nuisance", "each arm fitted on its own": "separate_fits"}
 _LEGACY_NOTES = {
     "no law check": "no_law_check",
     "no matched-pair analysis": "no_pairs",
@@ -278,9 +279,9 @@ def read_case_study(data: dict) -> CaseStudy:
     if not isinstance(data, dict):
         raise RecordError(f"CaseStudy: expected a mapping, got {type(data).__name__}")
     doc = {k: v for k, v in data.items() if k != "verdict"}
-    shared = {k: v for k, v in doc["delta_phi"].items() if k != "samples"}
-    doc["delta_phi"] = {**shared, "method": "shared_nuisance"}
-    doc["delta_phi_separate"] = {**doc["delta_phi_separate"], "method": "separate_fits"}
+    for key in ("delta_phi", "delta_phi_separate"):
+        estimate = {k: v for k, v in doc[key].items() if k != "samples"}
+        doc[key] = {**estimate, "method": _code(estimate["method"], _LEGACY_METHODS)}
     doc["per_budget"] = [
         {"phi": None, **row, "reason": row.get("reason") and _code(row["reason"], _LEGACY_REASONS)}
         for row in doc["per_budget"]

@@ -306,8 +306,8 @@ def bootstrap_shared(
     held_draws: dict[str, np.ndarray] | None = None,
 ) -> SharedBootstrap:
     """Random-effects parametric bootstrap of the shared fit at ``theta`` → samples of every column of θ and
-    the variance components (sd, log loss). ``held_draws`` {θ name:
-    [resamples]}: refit i holds that parameter at its draw i (a prior resampled per refit, ``fit.priors``)."""
+    the variance components (sd, log loss). ``held_draws`` {θ name: [resamples]}: refit i holds that
+    parameter at its draw i (a prior resampled per refit, ``fit.priors``)."""
     free = model.box.free
     log_pred = log_prediction(theta, model.design)
     resid = model.design.log_loss - log_pred
