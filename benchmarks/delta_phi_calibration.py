@@ -121,15 +121,15 @@ def main() -> None:
                 bootstrap_restarts=args.bootstrap_restarts,
                 seed=k,
             )
-            lo, hi = out["ci"]
+            lo, hi = out.ci
             rows.append(
                 {
-                    "estimate": out["estimate"],
+                    "estimate": out.estimate,
                     "ci": [lo, hi],
-                    "p": out["p"],
-                    "resolved": out["resolved"],
-                    "on_edge": not out["mc_settled"],
-                    "resamples": out["resamples"],
+                    "p": out.p,
+                    "resolved": out.resolved,
+                    "on_edge": not out.mc_settled,
+                    "resamples": out.resamples,
                     "covers": lo <= delta <= hi,
                 }
             )

@@ -3,7 +3,9 @@ paper's separate fits, per-budget Δφ, and the document's matched losses, optim
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,7 +17,8 @@ from loopscale.cli import main
 from loopscale.errors import UserError
 from loopscale.fit import load_table
 from loopscale.fit.case_study import compare_arms
-from loopscale.fit.compare import delta_phi_shared, make_arms, per_budget, shared_model
+from loopscale.fit.case_study_results import case_study_in, read_case_study
+from loopscale.fit.compare import SharedBootstrap, delta_phi_shared, make_arms, per_budget, shared_model
 from loopscale.fit.law import law_loss, objective_and_gradient
 from loopscale.paper import JOINT_FIT, MAIN_GRID
 from loopscale.present.compare_text import case_study_verdict
@@ -24,6 +27,7 @@ from .conftest import simulated_grid
 
 PHI = JOINT_FIT["phi"]
 FOUR = {c: MAIN_GRID[c] for c in sorted(MAIN_GRID)[:4]}
+RESULTS = Path(__file__).resolve().parents[2] / "results"
 
 
 def _arms_rows(delta: float, noise: float, seed: int) -> tuple[list[dict], list[dict]]:
@@ -103,11 +107,11 @@ def test_shared_delta_phi_recovers_the_true_difference(delta):
         bootstrap_restarts=3,
         seed=0,
     )
-    lo, hi = out["ci"]
-    assert out["estimate"] == pytest.approx(delta, abs=0.02)
+    lo, hi = out.ci
+    assert out.estimate == pytest.approx(delta, abs=0.02)
     assert lo <= delta <= hi
-    assert out["phi"] == pytest.approx(PHI, abs=0.03)
-    assert out["resolved"] == (delta != 0.0)
+    assert out.phi == pytest.approx(PHI, abs=0.03)
+    assert out.resolved == (delta != 0.0)
 
 
 def test_shared_estimate_equals_an_independent_least_squares_refit():
@@ -126,7 +130,7 @@ def test_shared_estimate_equals_an_independent_least_squares_refit():
     start = [np.log(JOINT_FIT["A"]), np.log(JOINT_FIT["B"]), np.log(JOINT_FIT["E"]), 0.3, 0.3, 0.5, 0.0]
     independent = least_squares(resid, start, xtol=1e-14, ftol=1e-14, gtol=1e-14).x[6]
     out = delta_phi_shared(arms, "paper", restarts=60, resamples=0, bootstrap_restarts=3, seed=0)
-    assert out["estimate"] == pytest.approx(independent, abs=0.01)
+    assert out.estimate == pytest.approx(independent, abs=0.01)
 
 
 def test_per_budget_delta_phi_is_the_pooled_difference_on_a_noise_free_table():
@@ -134,9 +138,9 @@ def test_per_budget_delta_phi_is_the_pooled_difference_on_a_noise_free_table():
     arms = make_arms(load_table(base), load_table(variant))
     out = delta_phi_shared(arms, "paper", restarts=60, resamples=0, bootstrap_restarts=3, seed=0)
     model = shared_model(arms, "paper")
-    rows = per_budget(arms, model, np.array(out["theta"]), resamples=0)
-    assert [r["budget"] for r in rows] == sorted(FOUR)
-    assert all(r["delta_phi"] == pytest.approx(0.15, abs=0.01) for r in rows)
+    rows = per_budget(arms, model, np.array(out.theta), resamples=0)
+    assert [r.budget for r in rows] == sorted(FOUR)
+    assert all(r.delta_phi == pytest.approx(0.15, abs=0.01) for r in rows)
 
 
 def test_the_document_leads_with_a_verdict_and_carries_the_matched_changes():
@@ -152,13 +156,14 @@ def test_the_document_leads_with_a_verdict_and_carries_the_matched_changes():
     )
     # the pairs name a change of φ
     assert case_study_verdict(doc).startswith("truncated BPTT: lowers phi by 0.1")
-    assert doc["effects"]["chosen"] == "delta phi"
-    assert doc["law_check"]["base"]["verdict"] == "holds"
-    lc = doc["loss_change"]
-    assert lc["matched"] == sum(1 for r in variant if r["r"] > 1)
-    assert lc["lower"] == 0  # a lower φ makes every looped run worse
-    assert doc["delta_phi_separate"]["estimate"] == pytest.approx(-0.1, abs=0.03)
-    assert set(doc["power"]) == {"-0.08", "+0.19"}  # the pairs' rule, simulated on this design
+    assert doc.effects.chosen == "delta phi"
+    assert doc.law_check["base"].verdict == "holds"
+    lc = doc.loss_change
+    assert lc.matched == sum(1 for r in variant if r["r"] > 1)
+    assert lc.lower == 0  # a lower φ makes every looped run worse
+    assert doc.delta_phi_separate.estimate == pytest.approx(-0.1, abs=0.03)
+    assert set(doc.power) == {"-0.08", "+0.19"}  # the pairs' rule, simulated on this design
+    assert read_case_study(json.loads(json.dumps(doc.to_dict()))) == doc  # compare.json reads back
 
 
 def test_compare_cli_writes_compare_json_and_refuses_bad_input(tmp_path, capsys):
@@ -174,7 +179,7 @@ def test_compare_cli_writes_compare_json_and_refuses_bad_input(tmp_path, capsys)
     assert {"delta_phi_separate", "per_budget", "law_check"} <= set(doc) and "verdict" not in doc  # no prose
     assert set(doc["law_check"]) == {"base", "variant"}
     assert all({"budget", "delta_phi", "ci"} <= set(row) for row in doc["per_budget"])
-    assert capsys.readouterr().out.splitlines()[0] == case_study_verdict(doc)
+    assert capsys.readouterr().out.splitlines()[0] == case_study_verdict(read_case_study(doc))
     for bad, message in ((["--bootstrap", "1"], "--bootstrap"), (["--noise", "-1"], "--noise")):
         code = main([*argv, *bad])
         err = capsys.readouterr().err
@@ -194,7 +199,7 @@ def _fake_bootstrap(sd_of_estimate: float, calls: list):
         est = theta[model.delta]
         noise = np.random.default_rng(seed).standard_normal(resamples)
         thetas[:, model.delta] = est + est * sd_of_estimate * noise
-        return {"thetas": thetas, "components": {}}
+        return SharedBootstrap(thetas, {})
 
     return fake
 
@@ -213,12 +218,14 @@ def test_an_end_within_monte_carlo_error_of_zero_grows_the_bootstrap_and_gives_n
     monkeypatch.setattr(compare, "MAX_RESAMPLES", 800)
     out = delta_phi_shared(arms, "paper", restarts=60, resamples=100, bootstrap_restarts=3, seed=0)
     assert calls == [100, 100, 200, 400]
-    assert out["resamples"] == 800 and out["resamples_requested"] == 100
-    assert not out["mc_settled"] and not out["resolved"]
-    lo_range = out["ci_mc"][0]
-    assert lo_range[0] < 0 < lo_range[1] and lo_range[0] <= out["ci"][0] <= lo_range[1]
-    doc = {"name": "v", "delta_phi": out, "per_budget": [], "power": {}, "law_check": None}
-    doc["settings"] = {"fixed": {}}
+    assert out.resamples == 800 and out.resamples_requested == 100
+    assert not out.mc_settled and not out.resolved
+    lo_range = out.ci_mc[0]
+    assert lo_range[0] < 0 < lo_range[1] and lo_range[0] <= out.ci[0] <= lo_range[1]
+    published = read_case_study(json.loads((RESULTS / "laptop-truncated-bptt" / "compare.json").read_text()))
+    doc = dataclasses.replace(
+        published, name="v", delta_phi=out, per_budget=(), power={}, law_check=None, effects=None
+    )
     assert case_study_verdict(doc).startswith("delta phi not resolved for v, on the edge")
     assert "even at 800 resamples" in case_study_verdict(doc)
 
@@ -230,7 +237,7 @@ def test_a_clear_interval_settles_at_the_requested_count(monkeypatch):
     calls: list = []
     monkeypatch.setattr(compare, "bootstrap_shared", _fake_bootstrap(0.2, calls))
     out = delta_phi_shared(arms, "paper", restarts=60, resamples=100, bootstrap_restarts=3, seed=0)
-    assert calls == [100] and out["mc_settled"] and out["resolved"] and out["resamples"] == 100
+    assert calls == [100] and out.mc_settled and out.resolved and out.resamples == 100
 
 
 def test_per_budget_delta_phi_is_refused_where_a_budget_has_no_more_runs_than_free_parameters():
@@ -246,12 +253,12 @@ def test_per_budget_delta_phi_is_refused_where_a_budget_has_no_more_runs_than_fr
         thin += [next(r for r in at if r["r"] == 1), next(r for r in at if r["r"] > 1)]
     looped = [next(r for r in variant if r["budget"] == c and r["r"] > 1) for c in sorted(FOUR)]
     small = make_arms(load_table(thin), load_table(looped))
-    rows = per_budget(small, shared_model(small, "paper"), np.array(out["theta"]), resamples=20)
-    assert all(r["delta_phi"] is None and r["ci"] is None for r in rows)
-    assert all("3 runs for 4 free parameters" in r["reason"] for r in rows)
-    full = per_budget(arms, shared_model(arms, "paper"), np.array(out["theta"]), resamples=20)
+    rows = per_budget(small, shared_model(small, "paper"), np.array(out.theta), resamples=20)
+    assert all(r.delta_phi is None and r.ci is None and r.n == 3 for r in rows)
+    assert all(r.reason == "not_identified" for r in rows)
+    full = per_budget(arms, shared_model(arms, "paper"), np.array(out.theta), resamples=20)
     for r in full:  # where an interval is printed it holds its own estimate and has width
-        assert r["ci"] is None or r["ci"][0] < r["delta_phi"] < r["ci"][1]
+        assert r.ci is None or r.ci[0] < r.delta_phi < r.ci[1]
 
 
 def test_a_ladder_whose_recipe_hurts_every_model_gets_that_verdict():
@@ -273,12 +280,35 @@ def test_a_ladder_whose_recipe_hurts_every_model_gets_that_verdict():
         variant.append({**row, "run": "v-" + row["run"], "loss": law + harm + rng.normal(0, 0.003)})
     doc = compare_arms(load_table(base), load_table(variant), name="ladder", restarts=40, resamples=30,
                        bootstrap_restarts=3, law_check=False)  # fmt: skip
-    e = doc["effects"]
-    assert e["plain_pairs"] == 7 and e["anchors"] == "paired"
-    assert set(e["chosen_terms"]) <= {"every"}  # neither a loop-specific constant nor a Δφ
+    e = doc.effects
+    assert e.plain_pairs == 7 and e.anchors == "paired"
+    assert set(e.chosen_terms) <= {"every"}  # neither a loop-specific constant nor a Δφ
     verdict = case_study_verdict(doc)
     assert "changes every model" in verdict and "plain ones most" in verdict, verdict
     assert "phi by" not in verdict and "a constant" not in verdict
-    assert all(row["delta_phi"] is None and "free parameters" in row["reason"] for row in doc["per_budget"])
-    for m in e["models"].values():  # no printed interval excludes its own estimate
-        assert all(lo < m[t] < hi for t, (lo, hi) in m["ci"].items())
+    assert all(row.delta_phi is None and row.reason == "not_identified" for row in doc.per_budget)
+    for m in e.models.values():  # no printed interval excludes its own estimate
+        assert all(lo < m.value(t) < hi for t, (lo, hi) in m.ci.items())
+
+
+@pytest.mark.parametrize("arm", ["laptop-hyperconnections", "laptop-truncated-bptt"])
+def test_a_published_compare_json_reads_as_a_case_study(arm):
+    """compare.json as published (its verdict and methods as sentences) reads back as the record: the same
+    keys and numbers less the sentences, which become codes; a refusal or note written as a sentence too."""
+    data = json.loads((RESULTS / arm / "compare.json").read_text())
+    case = read_case_study(data)
+    assert set(case.to_dict()) == set(data) - {"verdict"} and read_case_study(case.to_dict()) == case
+    assert case.delta_phi.method == "shared_nuisance" and case.delta_phi_separate.method == "separate_fits"
+    assert case.delta_phi.ci == tuple(data["delta_phi"]["ci"]) and case.power == data["power"]
+    assert {a: c.verdict for a, c in case.law_check.items()} == {
+        a: c["verdict"] for a, c in data["law_check"].items()
+    }
+    old = {
+        **data,
+        "per_budget": [{**data["per_budget"][0], "reason": "3 runs for 4 free parameters: not identified"}],
+        "notes": ["no matched-pair analysis: only 2 runs of the variant have a base run"],
+    }
+    legacy = read_case_study(old)
+    assert legacy.per_budget[0].reason == "not_identified" and legacy.notes == ("no_pairs",)
+    with pytest.raises(UserError, match="compare.json: not a case study"):
+        case_study_in({**data, "runs": {}}, "compare.json")

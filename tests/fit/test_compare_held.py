@@ -14,6 +14,7 @@ import pytest
 from loopscale.cli import main
 from loopscale.fit import load_table
 from loopscale.fit.case_study import compare_arms
+from loopscale.fit.case_study_results import read_case_study
 from loopscale.fit.compare import bootstrap_shared, make_arms, shared_model
 from loopscale.fit.law import PARAMS
 from loopscale.fit.priors import NO_LAW_CHECK, build_held
@@ -39,16 +40,16 @@ def test_held_at_the_truth_recovers_delta_phi_and_reports_what_was_held():
     doc = compare_arms(
         load_table(base), load_table(variant), restarts=10, resamples=16, bootstrap_restarts=1, held=held
     )
-    d = doc["delta_phi"]
-    assert d["ci"][0] <= -0.1 <= d["ci"][1] and d["estimate"] == pytest.approx(-0.1, abs=0.02)
-    theta = dict(zip(PARAMS, d["theta"]))  # the held columns never move
+    d = doc.delta_phi
+    assert d.ci[0] <= -0.1 <= d.ci[1] and d.estimate == pytest.approx(-0.1, abs=0.02)
+    theta = dict(zip(PARAMS, d.theta))  # the held columns never move
     assert theta["alpha"] == TRUTH["alpha"] and theta["beta"] == TRUTH["beta"]
-    assert theta["e"] == math.log(TRUTH["E"]) and not {"E", "alpha", "beta"} & set(d["at_bound"])
-    for fit in doc["delta_phi_separate"]["fits"].values():
+    assert theta["e"] == math.log(TRUTH["E"]) and not {"E", "alpha", "beta"} & set(d.at_bound)
+    for fit in doc.delta_phi_separate.fits.values():
         assert fit["held"] == ["E", "alpha", "beta"] and fit["alpha"] == TRUTH["alpha"]
-    assert doc["settings"]["fixed"] == {k: {"value": v, "source": "--fix"} for k, v in TRUTH.items()}
-    assert doc["settings"]["prior"] is None
-    assert doc["law_check"] is None and doc["notes"] == [NO_LAW_CHECK]
+    assert doc.settings.fixed == {k: {"value": v, "source": "--fix"} for k, v in TRUTH.items()}
+    assert doc.settings.prior is None
+    assert doc.law_check is None and doc.notes == ("no_law_check",)
     assert case_study_verdict(doc).endswith("(given alpha, beta, E held fixed, not fitted)")
     text = format_compare(doc)
     assert "held fixed (not fitted, no CI of their own): alpha = 0.19924 (--fix)" in text
@@ -65,7 +66,7 @@ def test_the_shared_bootstrap_holds_a_priors_draw_per_refit(tmp_path):
     arms = make_arms(load_table(base), load_table(variant))
     model = shared_model(arms, "paper", held=held)
     theta = np.where(model.box.free, [3.3, 6.8, 0.0, 0.2, 0.37, 0.46, 0.1], model.box.fixed_values)
-    thetas = bootstrap_shared(model, arms, theta, 6, restarts=1, held_draws=held.theta_draws(6))["thetas"]
+    thetas = bootstrap_shared(model, arms, theta, 6, restarts=1, held_draws=held.theta_draws(6)).thetas
     rows = np.arange(6) % 4  # the prior's rows, cycled
     assert thetas[:, PARAMS.index("alpha")].tolist() == np.array(samples["alpha"])[rows].tolist()
     assert np.allclose(thetas[:, PARAMS.index("e")], np.log(samples["E"])[rows], rtol=0, atol=1e-15)
@@ -85,7 +86,8 @@ def test_compare_cli_prior_paper_stores_its_source(tmp_path):
     assert {k: v["source"] for k, v in doc["settings"]["fixed"].items()} == dict.fromkeys(HELD, "paper")
     assert doc["settings"]["prior"]["source"] == "paper" and doc["settings"]["prior"]["resampled"] is False
     assert doc["runs"]["budgets"] == low and doc["law_check"] is None
-    assert "prior paper: the published law" in text and text.splitlines()[0] == case_study_verdict(doc)
+    verdict = case_study_verdict(read_case_study(doc))
+    assert "prior paper: the published law" in text and text.splitlines()[0] == verdict
 
 
 @pytest.mark.parametrize(

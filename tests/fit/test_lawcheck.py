@@ -14,6 +14,7 @@ from scipy.stats import f as f_dist
 
 from loopscale.fit import load_table
 from loopscale.fit.bootstrap import effect_groups, random_effects_bootstrap, variance_components
+from loopscale.fit.case_study_results import read_case_study
 from loopscale.fit.fitter import design_for, fit_law
 from loopscale.fit.law import (
     EXTENSIONS,
@@ -321,7 +322,7 @@ def test_cli_compare_leads_with_a_rejected_law(tmp_path):
     assert doc["law_check"]["variant"]["verdict"] == "rejected"
     first = out.splitlines()[0]  # the verdict: the rejection first, then what the matched pairs say
     assert first.startswith("the law check rejects one constant phi on the variant arm")
-    assert first == case_study_verdict(doc) and "delta phi beyond an offset: p =" in first
+    assert first == case_study_verdict(read_case_study(doc)) and "delta phi beyond an offset: p =" in first
 
 
 def test_phi_halves_give_each_ci_end_its_monte_carlo_range():

@@ -25,9 +25,9 @@ from loopscale.analysis.machine import machine_use
 from loopscale.config import ModelConfig, from_dict
 from loopscale.errors import UserError
 from loopscale.fit import load_table, run_protocol
-from loopscale.fit.case_study import compare_arms, to_json
+from loopscale.fit.case_study import compare_arms
+from loopscale.fit.case_study_results import CaseStudy, case_study_in
 from loopscale.fit.compare import make_arms
-from loopscale.fit.effect_results import PairedEffects
 from loopscale.fit.table import SkippedRunsWarning
 from loopscale.io import atomic_write_json
 from loopscale.present.case_study_figures import (
@@ -60,7 +60,7 @@ class SweepAnalysis:
     name: str  # the sweep's name
     sweep: str  # the sweep folder
     fit: dict  # the fitting protocol's document (fit.json: ``fit.protocol.Protocol.to_dict`` + baselines)
-    compare: dict | None  # the case study against the base sweep (compare.json), if the sweep reuses one
+    compare: CaseStudy | None  # the case study against the base sweep (compare.json), if the sweep reuses one
     rows: list[dict]  # the sweep's result rows (results.csv's)
     skipped: list[tuple[str, str]]  # (run, reason) left out of the fit
     below_bigram: tuple[int, int, float] | None  # (runs below the bigram table, finished runs, its loss)
@@ -94,7 +94,7 @@ def save_analysis(analysis: SweepAnalysis, folder: Path) -> Path:
     a folder whose analysis.json exists holds the files it names."""
     atomic_write_json(folder / FIT_FILE, analysis.fit)
     if analysis.compare is not None:
-        atomic_write_json(folder / COMPARE_FILE, analysis.compare)
+        atomic_write_json(folder / COMPARE_FILE, analysis.compare.to_dict())
     return atomic_write_json(folder / ANALYSIS_FILE, analysis.manifest())
 
 
@@ -126,6 +126,8 @@ def read_analysis(path: str | Path) -> tuple[SweepAnalysis, Path]:
         if not (folder / name).is_file():
             raise UserError(f"--from {path}: it names {name}, which is not in {folder}")
         parts[key] = read_json(folder / name, REMEDY)
+    if parts["compare"] is not None:
+        parts["compare"] = case_study_in(parts["compare"], str(folder / manifest["compare"]))
     analysis = SweepAnalysis(
         name=manifest["name"],
         sweep=manifest["sweep"],
@@ -227,14 +229,14 @@ def _case_study(spec, table, sweep_dir: Path, plots_dir: Path, settings: dict):
     check_setups(Path(spec.reuse[0]), sweep_dir, base, table)  # its note (nothing to check) is not shown
     doc = compare_arms(base, table, name=spec.name, **settings)
     key = [delta_phi_figure(doc, plots_dir / "delta_phi_per_budget")]
-    if doc.get("effects"):
-        effects = PairedEffects.from_dict(doc["effects"])
+    if doc.effects is not None:
+        effects = doc.effects
         key[:0] = [
             EffectsDisplay.from_result(effects, spec.name).plot().save(plots_dir / "loss_change_by_r"),
             ExcessByWidthDisplay.from_result(effects, spec.name).plot().save(plots_dir / "excess_by_width"),
         ]
     arms = isoflop_arms_figure(make_arms(base, table), plots_dir / "isoflop_arms")
-    return to_json(doc), key, arms
+    return doc, key, arms
 
 
 def report_sweep(sweep_dir: str | Path, out: str | Path | None = None, **settings):
@@ -255,7 +257,11 @@ def analysis_of_report(folder: str | Path, sweep_dir: str | Path) -> SweepAnalys
     has_runs = (sweep_dir / "runs").is_dir()
     rows = collect_rows(sweep_dir) if has_runs else read_results(sweep_dir / "results.csv")
     doc = read_json(folder / FIT_FILE, REMEDY)
-    compare = read_json(folder / COMPARE_FILE, REMEDY) if (folder / COMPARE_FILE).is_file() else None
+    compare = (
+        case_study_in(read_json(folder / COMPARE_FILE, REMEDY), str(folder / COMPARE_FILE))
+        if (folder / COMPARE_FILE).is_file()
+        else None
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SkippedRunsWarning)
         table = load_table(rows)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -371,7 +372,7 @@ def run_compare(args: argparse.Namespace) -> int:
 
     folders = (Path(p).resolve().parent for p in (args.base, args.variant))
     notes = check_setups(*folders, base, variant)  # incomparable arms: one line, before any fitting
-    from loopscale.fit.case_study import compare_arms, to_json  # SciPy, after the checks
+    from loopscale.fit.case_study import compare_arms  # SciPy, after the checks
     from loopscale.present.compare_text import format_compare
     from loopscale.progress import progress_bar
 
@@ -392,9 +393,10 @@ def run_compare(args: argparse.Namespace) -> int:
             advance=advance,
             held=held,
         )
-    doc["notes"] += notes
+    if notes:  # an arm's setup could not be read: nothing was checked
+        doc = dataclasses.replace(doc, notes=(*doc.notes, "setup_unchecked"))
     print(format_compare(doc))
     if args.json_out:
-        atomic_write_json(args.json_out, to_json(doc))
+        atomic_write_json(args.json_out, doc.to_dict())
         print(f"wrote {args.json_out}")
     return 0

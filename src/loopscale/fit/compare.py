@@ -56,6 +56,14 @@ from loopscale.fit.bootstrap import (
     simulate_tables,
     variance_components,
 )
+from loopscale.fit.case_study_results import (
+    BudgetDelta,
+    FTest,
+    SeparateDelta,
+    SharedDelta,
+    TrendDelta,
+    deciding_end,
+)
 from loopscale.fit.comparable import check_tables
 from loopscale.fit.fitter import Box, LawFit, design_for, fit_law, fit_many, minimise_batch
 from loopscale.fit.law import (
@@ -251,7 +259,7 @@ def ls_rss(model: SharedModel, theta: np.ndarray, seed: int, restarts: int = 10)
     return 2.0 * opt.objective, opt.theta
 
 
-def _f_test(full: SharedModel, null: SharedModel, theta: np.ndarray, n: int, seed: int) -> dict:
+def _f_test(full: SharedModel, null: SharedModel, theta: np.ndarray, n: int, seed: int) -> FTest:
     """Extra-sum-of-squares F of the parameters ``full`` frees and ``null`` holds (least squares on log
     loss, iid Gaussian errors assumed)."""
     rss1, theta1 = ls_rss(full, theta, seed)
@@ -259,7 +267,7 @@ def _f_test(full: SharedModel, null: SharedModel, theta: np.ndarray, n: int, see
     extra = int(full.box.free.sum() - null.box.free.sum())
     df = n - int(full.box.free.sum())
     stat = max(rss0 - rss1, 0.0) / extra / (rss1 / df) if rss1 > 0 and df > 0 else math.nan
-    return {"F": float(stat), "df": [extra, df], "p": float(f_dist.sf(stat, extra, df)) if df > 0 else None}
+    return FTest(float(stat), (extra, df), float(f_dist.sf(stat, extra, df)) if df > 0 else None)
 
 
 def _arm_groups(arms: Arms) -> dict[str, np.ndarray]:
@@ -278,6 +286,15 @@ def _arm_groups(arms: Arms) -> dict[str, np.ndarray]:
     }
 
 
+@dataclass(frozen=True)
+class SharedBootstrap:
+    """``bootstrap_shared``'s draws: θ of every refit [resamples, params] and the SD of each random effect
+    (log loss)."""
+
+    thetas: np.ndarray
+    components: dict[str, float]
+
+
 def bootstrap_shared(
     model: SharedModel,
     arms: Arms,
@@ -287,10 +304,10 @@ def bootstrap_shared(
     seed: int = 0,
     advance=None,
     held_draws: dict[str, np.ndarray] | None = None,
-) -> dict:
-    """Random-effects parametric bootstrap of the shared fit at ``theta`` → samples of every column of θ,
-    the variance components (sd, log loss) and the simulated tables' count. ``held_draws`` {θ name:
-    [resamples]}: refit i holds that parameter at its draw i (a prior resampled per refit, ``fit.priors``)."""
+) -> SharedBootstrap:
+    """Random-effects parametric bootstrap of the shared fit at ``theta`` → samples of every column of θ and
+    the variance components (sd, log loss). ``held_draws`` {θ name: [resamples]}: refit i holds that
+    parameter at its draw i (a prior resampled per refit, ``fit.priors``)."""
     free = model.box.free
     log_pred = log_prediction(theta, model.design)
     resid = model.design.log_loss - log_pred
@@ -317,7 +334,7 @@ def bootstrap_shared(
         thetas += [o.theta for o in optima]
         if advance is not None:
             advance(len(optima))
-    return {"thetas": np.stack(thetas), "components": {k: math.sqrt(v) for k, v in components.items()}}
+    return SharedBootstrap(np.stack(thetas), {k: math.sqrt(v) for k, v in components.items()})
 
 
 def variant_groups(arms: Arms) -> int:
@@ -338,12 +355,6 @@ def power(delta: float, se: float, level: float = CI_LEVEL) -> float:
     return float(norm.cdf(delta / se - z) + norm.cdf(-delta / se - z))
 
 
-def deciding_end(ci_mc: list[list[float]], estimate: float) -> tuple[str, list[float]]:
-    """The CI end nearest 0 — the one that decides whether the interval holds 0 — as ("lower" | "upper",
-    its Monte Carlo range [a, b] from ``ci_mc``)."""
-    return ("lower", ci_mc[0]) if estimate >= 0 else ("upper", ci_mc[1])
-
-
 def delta_phi_shared(
     arms: Arms,
     form: str,
@@ -354,9 +365,10 @@ def delta_phi_shared(
     seed: int,
     advance=None,
     held: Held | None = None,
-) -> dict:
-    """The shared-nuisance Δφ under ``form``: estimate, bootstrap interval and SE, F-test, the pooled fit.
-    ``held``: shared parameters held in every fit and refit (a prior's draws resampled per refit)."""
+) -> SharedDelta:
+    """The shared-nuisance Δφ under ``form``: estimate, bootstrap interval and SE, F-test, the pooled fit
+    (its θ: ``shared_model(arms, form, held=held)``'s columns). ``held``: shared parameters held in every
+    fit and refit (a prior's draws resampled per refit)."""
     model = shared_model(arms, form, held=held)
     extension, hold = (None if form == "paper" else form), (held.theta if held else None)
     base, variant = (
@@ -367,64 +379,57 @@ def delta_phi_shared(
     theta = opt.theta
     test = _f_test(model, model.without_delta(), theta, len(arms.table), seed)
     estimate = float(theta[model.delta])
-    out = {
-        "estimate": estimate,
-        "ci": None,
-        "se": None,
-        "p": None,
-        "t_df": None,
-        "F_test": test,
-        "form": form,
-        "method": "shared nuisance: one fit of both arms (E, A, alpha, B, beta"
-        + ("" if extension is None else f", {EXTENSIONS[extension].label}")
-        + " shared; phi_variant = phi + delta_phi); SE from a random-effects parametric bootstrap per arm, "
-        "interval estimate +- t(df)*SE with df = the variant's (r, width) groups - 1 (the REML variances it "
-        "simulates from are estimated); F-test of delta_phi = 0 on least-squares refits beside it",
-        "theta": theta.tolist(),
-        "phi": float(theta[PHI]),
-        "objective": float(opt.objective),
-        "at_bound": _at_bound(model, theta),
-        "n_runs": len(arms.table),
-    }
-    settled = True
-    if resamples:
-        df = variant_groups(arms) - 1
-        factor = float(t_dist.ppf(0.5 + CI_LEVEL / 2, df))
-        cap = max(resamples, MAX_RESAMPLES)
-        draws = held.theta_draws(cap) if held else None
-        deltas, round_ = np.empty(0), 0
-        while True:
-            done = len(deltas)
-            count = resamples if round_ == 0 else min(done, cap - done)
-            part_draws = None if draws is None else {k: v[done : done + count] for k, v in draws.items()}
-            boot = bootstrap_shared(
-                model, arms, theta, count, bootstrap_restarts, seed + 7919 * round_, advance, part_draws
-            )
-            deltas, round_ = np.concatenate([deltas, boot["thetas"][:, model.delta]]), round_ + 1
-            ranges = sd_end_ranges(deltas, estimate, factor)
-            low, high = deciding_end(ranges, estimate)[1]
-            settled = not (low < 0 < high)
-            if settled or len(deltas) >= cap:
-                break
-        se = float(np.std(deltas, ddof=1))
-        out.update(
-            ci=[estimate - factor * se, estimate + factor * se],
-            ci_mc=ranges,
-            se=se,
-            p=float(2 * t_dist.sf(abs(estimate) / se, df)) if se > 0 else None,
-            t_df=df,
-            percentile_ci=percentile_ci(deltas),
-            resamples=len(deltas),
-            resamples_requested=resamples,
-            components=boot["components"],
-            samples=deltas.tolist(),
-        )
-    out["mc_settled"] = settled
-    out["resolved"] = bool(
-        settled and out["p"] is not None and out["p"] < 1 - CI_LEVEL and (test["p"] or 1.0) < 1 - CI_LEVEL
+    out = SharedDelta(
+        estimate=estimate,
+        ci=None,
+        se=None,
+        p=None,
+        t_df=None,
+        F_test=test,
+        form=form,
+        method="shared_nuisance",
+        theta=tuple(theta.tolist()),
+        phi=float(theta[PHI]),
+        objective=float(opt.objective),
+        at_bound=tuple(_at_bound(model, theta)),
+        n_runs=len(arms.table),
     )
-    out["_model"], out["_theta"] = model, theta
-    return out
+    if not resamples:
+        return out
+    df = variant_groups(arms) - 1
+    factor = float(t_dist.ppf(0.5 + CI_LEVEL / 2, df))
+    cap = max(resamples, MAX_RESAMPLES)
+    draws = held.theta_draws(cap) if held else None
+    deltas, round_ = np.empty(0), 0
+    while True:
+        done = len(deltas)
+        count = resamples if round_ == 0 else min(done, cap - done)
+        part_draws = None if draws is None else {k: v[done : done + count] for k, v in draws.items()}
+        boot = bootstrap_shared(
+            model, arms, theta, count, bootstrap_restarts, seed + 7919 * round_, advance, part_draws
+        )
+        deltas, round_ = np.concatenate([deltas, boot.thetas[:, model.delta]]), round_ + 1
+        ranges = sd_end_ranges(deltas, estimate, factor)
+        low, high = deciding_end(ranges, estimate)[1]
+        settled = not (low < 0 < high)
+        if settled or len(deltas) >= cap:
+            break
+    se = float(np.std(deltas, ddof=1))
+    p = float(2 * t_dist.sf(abs(estimate) / se, df)) if se > 0 else None
+    return dataclasses.replace(
+        out,
+        ci=(estimate - factor * se, estimate + factor * se),
+        ci_mc=tuple(tuple(end) for end in ranges),
+        se=se,
+        p=p,
+        t_df=df,
+        percentile_ci=tuple(percentile_ci(deltas)),
+        resamples=len(deltas),
+        resamples_requested=resamples,
+        components=boot.components,
+        mc_settled=settled,
+        resolved=bool(settled and p is not None and p < 1 - CI_LEVEL and (test.p or 1.0) < 1 - CI_LEVEL),
+    )
 
 
 def _at_bound(model: SharedModel, theta: np.ndarray) -> list[str]:
@@ -436,31 +441,28 @@ def _at_bound(model: SharedModel, theta: np.ndarray) -> list[str]:
 
 def trend_change(
     arms: Arms, form: str, theta: np.ndarray, *, restarts: int, seed: int, held: Held | None = None
-) -> dict:
+) -> TrendDelta:
     """Δφ₁ (per unit of the trend's covariate) from the shared fit with z·covariate added, and its F-test."""
     model = shared_model(arms, form, trend=True, held=held)
     start = np.append(theta, 0.0)
     opt = fit_shared(model, restarts, seed, start[None])
     test = _f_test(model, model.without_trend(), opt.theta, len(arms.table), seed)
-    return {
-        "form": form,
-        "label": f"change of {EXTENSIONS[form].label}",
-        "estimate": float(opt.theta[model.trend]),
-        "delta_phi_at_centre": float(opt.theta[model.delta]),
-        **test,
-    }
+    return TrendDelta(
+        form, float(opt.theta[model.trend]), float(opt.theta[model.delta]), test.F, test.df, test.p
+    )
 
 
 def per_budget(
     arms: Arms, model: SharedModel, theta: np.ndarray, resamples: int, seed: int = 0
-) -> list[dict]:
+) -> list[BudgetDelta]:
     """Δφ at each budget: both arms refitted with E, α, β (and the extension) of the pooled shared fit
     held; A, B, φ, Δφ free; a run-bootstrap CI (resamples keep r = 1, a base looped and a variant run).
 
-    Refused, with the reason in ``reason`` (Δφ and its CI None): a budget without r = 1, base looped and
-    variant runs; a budget with no more runs than free parameters (nothing is identified there); a
-    bootstrap interval of zero width or one that excludes its own estimate (the resamples sit on a bound
-    or a flat direction: not an interval)."""
+    Refused, with the reason's code in ``reason`` (Δφ and its CI None): a budget without r = 1, base looped
+    and variant runs ("missing_runs"); a budget with no more runs than free parameters, so nothing is
+    identified there ("not_identified"); a bootstrap interval of zero width or one that excludes its own
+    estimate, the resamples sitting on a bound or a flat direction ("zero_width", "excludes_estimate": Δφ
+    kept, no interval)."""
     box = model.box
     for i in (*SHAPE_HELD, *range(EXT, model.delta)):
         box = box.fixing(i, theta[i])
@@ -471,12 +473,11 @@ def per_budget(
         design = _subset_design(model.design, mask)
         flags, r = arms.variant[mask], t.r[mask]
         n_runs, n_free = int(mask.sum()), int(box.free.sum())
-        refused = {"budget": c, "delta_phi": None, "ci": None, "n": n_runs}
         if not (np.any(flags) and np.any(r == 1) and np.any(~flags & (r > 1))):
-            rows.append({**refused, "reason": "needs r = 1, base looped and variant runs at this budget"})
+            rows.append(BudgetDelta(c, None, None, None, n_runs, "missing_runs"))
             continue
         if n_runs <= n_free:
-            rows.append({**refused, "reason": f"{n_runs} runs for {n_free} free parameters: not identified"})
+            rows.append(BudgetDelta(c, None, None, None, n_runs, "not_identified"))
             continue
         rng = np.random.default_rng(seed)
         starts = np.concatenate([theta[None], box.starts(rng, 10)])
@@ -484,8 +485,7 @@ def per_budget(
             design, starts, box.free, None, PER_BUDGET_ITER, 1e-10, 0.0, lower=box.lower, upper=box.upper
         )
         best = ends[np.argmin(values)]
-        row = {"budget": c, "delta_phi": float(best[model.delta]), "phi": float(best[PHI]), "ci": None}
-        row["n"], row["reason"] = n_runs, None
+        row = BudgetDelta(c, float(best[model.delta]), float(best[PHI]), None, n_runs, None)
         if resamples:
             weights = _run_weights(flags, r, resamples, rng)
             ends, _ = minimise_batch(
@@ -499,14 +499,12 @@ def per_budget(
                 lower=box.lower,
                 upper=box.upper,
             )
-            ci = percentile_ci(ends[:, model.delta])
-            if not ci[0] < row["delta_phi"] < ci[1]:
-                row["reason"] = (
-                    "the bootstrap interval has zero width" if ci[1] - ci[0] <= 1e-9
-                    else "the bootstrap interval excludes its own estimate"
-                ) + " (resamples on a bound or a flat direction): no interval"  # fmt: skip
+            lo, hi = percentile_ci(ends[:, model.delta])
+            if not lo < row.delta_phi < hi:
+                reason = "zero_width" if hi - lo <= 1e-9 else "excludes_estimate"
+                row = dataclasses.replace(row, reason=reason)
             else:
-                row["ci"] = ci
+                row = dataclasses.replace(row, ci=(lo, hi))
         rows.append(row)
     return rows
 
@@ -538,41 +536,44 @@ def delta_phi_separate(
     seed: int,
     advance=None,
     held: Held | None = None,
-) -> dict:
+) -> SeparateDelta:
     """The paper's estimate: each arm refitted on its own; a paired cell bootstrap over the (budget, r)
     cells both arms hold (one multiset of cells refits both, so the shared anchors' noise cancels).
     ``held``: held in both arms' fits; refit i of either arm holds a prior's draw i."""
     tables = {"base": arms.base_table, "variant": arms.variant_table}
     hold = held.theta if held else None
     fits = {name: fit_law(t, restarts=restarts, seed=seed, held=hold) for name, t in tables.items()}
-    out = {
-        "base_phi": fits["base"].phi,
-        "variant_phi": fits["variant"].phi,
-        "estimate": fits["variant"].phi - fits["base"].phi,
-        "ci": None,
-        "base_ci": None,
-        "variant_ci": None,
-        "method": "each arm fitted on its own (its looped runs + the r = 1 anchors), the paper's protocol; "
-        "paired cell bootstrap, percentile interval",
-        "fits": {name: fit.to_dict() for name, fit in fits.items()},
-    }
-    if resamples:
-        keys = sorted(
-            {(float(b), int(r)) for b, r in zip(arms.base_table.budget, arms.base_table.r)}
-            & {(float(b), int(r)) for b, r in zip(arms.variant_table.budget, arms.variant_table.r)}
+    out = SeparateDelta(
+        base_phi=fits["base"].phi,
+        variant_phi=fits["variant"].phi,
+        estimate=fits["variant"].phi - fits["base"].phi,
+        ci=None,
+        base_ci=None,
+        variant_ci=None,
+        method="separate_fits",
+        fits={name: fit.to_dict() for name, fit in fits.items()},
+    )
+    if not resamples:
+        return out
+    keys = sorted(
+        {(float(b), int(r)) for b, r in zip(arms.base_table.budget, arms.base_table.r)}
+        & {(float(b), int(r)) for b, r in zip(arms.variant_table.budget, arms.variant_table.r)}
+    )
+    draws = _draw_cells(np.random.default_rng(seed), len(keys), _validator(keys, joint=True), resamples)
+    index = {k: i for i, k in enumerate(keys)}
+    prior = held.theta_draws(resamples) if held else None  # refit i of both arms: the same draw
+    phis = {}
+    for name, t in tables.items():
+        # a cell only one arm holds (e.g. a base r the variant did not run) is left out of the resamples
+        rows = np.array([index.get((float(b), int(r)), -1) for b, r in zip(t.budget, t.r)])
+        weights = cell_weights(np.maximum(rows, 0), draws) * (rows >= 0)
+        thetas = refit_weighted(
+            fits[name], t, weights, bootstrap_restarts, seed + 1, advance=advance, held_draws=prior
         )
-        draws = _draw_cells(np.random.default_rng(seed), len(keys), _validator(keys, joint=True), resamples)
-        index = {k: i for i, k in enumerate(keys)}
-        prior = held.theta_draws(resamples) if held else None  # refit i of both arms: the same draw
-        phis = {}
-        for name, t in tables.items():
-            # a cell only one arm holds (e.g. a base r the variant did not run) is left out of the resamples
-            rows = np.array([index.get((float(b), int(r)), -1) for b, r in zip(t.budget, t.r)])
-            weights = cell_weights(np.maximum(rows, 0), draws) * (rows >= 0)
-            thetas = refit_weighted(
-                fits[name], t, weights, bootstrap_restarts, seed + 1, advance=advance, held_draws=prior
-            )
-            phis[name] = thetas[:, PHI]
-        out["ci"] = percentile_ci(phis["variant"] - phis["base"])
-        out["base_ci"], out["variant_ci"] = percentile_ci(phis["base"]), percentile_ci(phis["variant"])
-    return out
+        phis[name] = thetas[:, PHI]
+    return dataclasses.replace(
+        out,
+        ci=tuple(percentile_ci(phis["variant"] - phis["base"])),
+        base_ci=tuple(percentile_ci(phis["base"])),
+        variant_ci=tuple(percentile_ci(phis["variant"])),
+    )

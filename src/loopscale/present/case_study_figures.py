@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from loopscale.fit.case_study_results import CaseStudy
 from loopscale.fit.effect_results import PairedEffects
 from loopscale.fit.labels import flops_label
 from loopscale.paper import paper_effect
@@ -146,31 +147,31 @@ class EffectsDisplay(_PairsDisplay):
         return self
 
 
-def delta_phi_figure(doc: dict, stem: Path) -> Path:
+def delta_phi_figure(doc: CaseStudy, stem: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [row for row in doc["per_budget"] if row["delta_phi"] is not None]
-    d = doc["delta_phi"]
+    rows = doc.estimated_budgets
+    d = doc.delta_phi
     fig, ax = plt.subplots(figsize=(8.0, 4.2))
     x = np.arange(len(rows))
-    if d["ci"] is not None:
-        ax.axhspan(d["ci"][0], d["ci"][1], color="tab:blue", alpha=0.15, label="pooled shared Δφ, 95% CI")
-    ax.axhline(d["estimate"], color="tab:blue", lw=1.5, label=f"pooled Δφ = {d['estimate']:+.3f}")
+    if d.ci is not None:
+        ax.axhspan(d.ci[0], d.ci[1], color="tab:blue", alpha=0.15, label="pooled shared Δφ, 95% CI")
+    ax.axhline(d.estimate, color="tab:blue", lw=1.5, label=f"pooled Δφ = {d.estimate:+.3f}")
     ax.axhline(0.0, color="black", lw=0.8)
-    effect = paper_effect(doc["name"])
+    effect = paper_effect(doc.name)
     if effect is not None:
         ax.axhline(effect[1], color="tab:red", ls="--", lw=1.2, label=f"paper: {effect[1]:+.3f}")
-    est = np.array([row["delta_phi"] for row in rows])
-    lo = np.array([row["ci"][0] if row["ci"] else v for row, v in zip(rows, est)])
-    hi = np.array([row["ci"][1] if row["ci"] else v for row, v in zip(rows, est)])
+    est = np.array([row.delta_phi for row in rows])
+    lo = np.array([row.ci[0] if row.ci else v for row, v in zip(rows, est)])
+    hi = np.array([row.ci[1] if row.ci else v for row, v in zip(rows, est)])
     ax.errorbar(x, est, yerr=[est - lo, hi - est], fmt="o", color="black", capsize=4, label="per budget")
-    ax.set_xticks(x, [flops_label(row["budget"]) for row in rows])
+    ax.set_xticks(x, [flops_label(row.budget) for row in rows])
     ax.set_xlabel("compute budget C (FLOPs)")
     ax.set_ylabel("Δφ (variant − base)")
-    ax.set_title(f"{doc['name']}: Δφ per budget")
+    ax.set_title(f"{doc.name}: Δφ per budget")
     ax.legend(fontsize=7, loc="best")
     return save_figure(fig, stem)
 

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from loopscale.fit.case_study_results import CaseStudy
 from loopscale.fit.effect_results import ModelFit, PairedEffects
 from loopscale.present.numbers import interval
 
@@ -309,17 +310,17 @@ def effect_lines(e: PairedEffects) -> list[str]:
     return lines
 
 
-def delta_phi_story(doc: dict) -> str | None:
+def delta_phi_story(doc: CaseStudy) -> str | None:
     """One sentence where the shared fit, the separate fits and the pairs' Δφ-only model disagree in sign
     or beyond their intervals, naming which to read and why (the pairs first, where their Δφ-only model is
     not rejected); None where they agree or there are no pairs."""
-    if not doc.get("effects"):
+    if doc.effects is None:
         return None
-    e = PairedEffects.from_dict(doc["effects"])
+    e = doc.effects
     pairs = e.models["delta phi"]
     estimates = {
-        "shared fit": (doc["delta_phi"]["estimate"], doc["delta_phi"]["ci"]),
-        "separate fits": (doc["delta_phi_separate"]["estimate"], doc["delta_phi_separate"]["ci"]),
+        "shared fit": (doc.delta_phi.estimate, doc.delta_phi.ci),
+        "separate fits": (doc.delta_phi_separate.estimate, doc.delta_phi_separate.ci),
         "pairs": (pairs.delta_phi, pairs.ci.get("delta_phi")),
     }
     signs = {bool(v > 0) for v, _ in estimates.values()}

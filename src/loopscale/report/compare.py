@@ -10,11 +10,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from loopscale.fit.case_study_results import CaseStudy, OptimumShift
 from loopscale.fit.effect_results import ModelFit, PairedEffects
 from loopscale.fit.labels import flops_label
-from loopscale.fit.results import read_law_check
 from loopscale.paper import paper_effect
-from loopscale.present.compare_text import case_study_verdict, loss_change_text, mc_text
+from loopscale.present.compare_text import (
+    case_study_verdict,
+    loss_change_text,
+    mc_text,
+    refusal_text,
+    trend_label,
+)
 from loopscale.present.effect_text import (
     SHAPE_MEANING,
     delta_phi_story,
@@ -31,28 +37,28 @@ from loopscale.report.figures import caption
 from loopscale.report.formatting import num
 
 
-def case_study_section(doc: dict, arms_figure: Path) -> Section:
-    d, s = doc["delta_phi"], doc["delta_phi_separate"]
-    effect = paper_effect(doc["name"])
+def case_study_section(doc: CaseStudy, arms_figure: Path) -> Section:
+    d, s = doc.delta_phi, doc.delta_phi_separate
+    effect = paper_effect(doc.name)
     blocks: list = [f"**{case_study_verdict(doc)}**"]
     story = delta_phi_story(doc)
     if story:
         blocks.append(story[0].upper() + story[1:] + ".")
-    if doc.get("effects"):
-        blocks += effect_blocks(PairedEffects.from_dict(doc["effects"]))
+    if doc.effects is not None:
+        blocks += effect_blocks(doc.effects)
     items = [
-        f"Shared-nuisance estimate ({d['form']} form, {d['n_runs']} runs): Δφ = {d['estimate']:+.3f} "
+        f"Shared-nuisance estimate ({d.form} form, {d.n_runs} runs): Δφ = {d.estimate:+.3f} "
         + (
             "(no interval: no bootstrap)"
-            if d["se"] is None
-            else interval(d["ci"], signed=True, missing="–")
-            + f" (estimate ± t({d['t_df']})·SE, SE {d['se']:.3f} from a random-effects "
-            f"bootstrap of {d['resamples']} tables with error groups per arm; {p_text(d['p'])}; "
+            if d.se is None
+            else interval(d.ci, signed=True, missing="–")
+            + f" (estimate ± t({d.t_df})·SE, SE {d.se:.3f} from a random-effects "
+            f"bootstrap of {d.resamples} tables with error groups per arm; {p_text(d.p)}; "
             f"{mc_text(d)})"
         )
-        + f"; F-test of Δφ = 0 (iid errors): F = {d['F_test']['F']:.2f}, {p_text(d['F_test']['p'])}.",
-        f"The paper's estimate (each arm fitted on its own): φ {s['base_phi']:.3f} → {s['variant_phi']:.3f}, "
-        f"Δφ = {s['estimate']:+.3f} {interval(s['ci'], signed=True, missing='–')} (paired cell bootstrap)"
+        + f"; F-test of Δφ = 0 (iid errors): F = {d.F_test.F:.2f}, {p_text(d.F_test.p)}.",
+        f"The paper's estimate (each arm fitted on its own): φ {s.base_phi:.3f} → {s.variant_phi:.3f}, "
+        f"Δφ = {s.estimate:+.3f} {interval(s.ci, signed=True, missing='–')} (paired cell bootstrap)"
         + (
             ""
             if effect is None
@@ -60,41 +66,37 @@ def case_study_section(doc: dict, arms_figure: Path) -> Section:
             f"{0.453 + effect[1]:.3f}), with no interval."
         ),
     ]
-    if doc["delta_phi_paper_form"] is not None:
-        q = doc["delta_phi_paper_form"]
-        items.append(
-            f"Under the paper's form instead: Δφ = {q['estimate']:+.3f} (F-test {p_text(q['F_test']['p'])})."
-        )
-    if doc["trend"] is not None:
-        t = doc["trend"]
-        items.append(
-            f"Does the variant change the trend? {t['label']}: {t['estimate']:+.3f} ({p_text(t['p'])})."
-        )
-    if doc["power"]:
+    if doc.delta_phi_paper_form is not None:
+        q = doc.delta_phi_paper_form
+        items.append(f"Under the paper's form instead: Δφ = {q.estimate:+.3f} (F-test {p_text(q.F_test.p)}).")
+    if doc.trend is not None:
+        t = doc.trend
+        change = f"{trend_label(t)}: {t.estimate:+.3f} ({p_text(t.p)})"
+        items.append(f"Does the variant change the trend? {change}.")
+    if doc.power:
         items.append(
             "Power of the pairs' rule to name a Δφ of the paper's sizes (alone, simulated on this design "
             "with the errors these pairs show): "
-            + ", ".join(f"Δφ = {k}: {v:.2f}" for k, v in doc["power"].items())
+            + ", ".join(f"Δφ = {k}: {v:.2f}" for k, v in doc.power.items())
             + "."
         )
-    for arm, data in (doc["law_check"] or {}).items():
-        check = read_law_check(data)
+    for arm, check in (doc.law_check or {}).items():
         items.append(f"Law check of the {arm} arm: **{check.verdict}** — {law_headline(check)}.")
-    if doc["loss_change"]["matched"]:
-        items.append(f"Loss change: {loss_change_text(doc['loss_change'])}.")
+    if doc.loss_change.matched:
+        items.append(f"Loss change: {loss_change_text(doc.loss_change)}.")
     blocks.append(Bullets(items))
     blocks.append(
         Table(
             ["budget (FLOPs)", "Δφ", "95% CI", "runs", "refused because"],
             [
                 [
-                    flops_label(row["budget"]),
-                    "–" if row["delta_phi"] is None else f"{row['delta_phi']:+.3f}",
-                    interval(row["ci"], signed=True, missing="–"),
-                    str(row["n"]),
-                    row.get("reason") or "",
+                    flops_label(row.budget),
+                    "–" if row.delta_phi is None else f"{row.delta_phi:+.3f}",
+                    interval(row.ci, signed=True, missing="–"),
+                    str(row.n),
+                    refusal_text(row.reason),
                 ]
-                for row in doc["per_budget"]
+                for row in doc.per_budget
             ],
         )
     )
@@ -114,7 +116,7 @@ def case_study_section(doc: dict, arms_figure: Path) -> Section:
         )
     )
     blocks.append(Image(arms_figure, caption(arms_figure)))
-    return Section(f"Case study: {doc['name']} against its base", blocks)
+    return Section(f"Case study: {doc.name} against its base", blocks)
 
 
 def effect_blocks(e: PairedEffects) -> list:
@@ -212,29 +214,28 @@ def effect_blocks(e: PairedEffects) -> list:
     return [intro, details, per_r, per_width, models, shapes, calibration, note]
 
 
-def _optimum_rows(doc: dict) -> list[list[str]]:
-    tax = {
-        arm: {(g["budget"], g["r"]): g["gap"] for g in doc["loop_tax"][arm]} for arm in ("base", "variant")
-    }
+def _optimum_rows(doc: CaseStudy) -> list[list[str]]:
+    tax = doc.loop_tax
+    base_tax, variant_tax = ({(g.budget, g.r): g.gap for g in gaps} for gaps in (tax.base, tax.variant))
     predicted = {}
-    if doc.get("effects"):
-        e = PairedEffects.from_dict(doc["effects"])
+    if doc.effects is not None:
+        e = doc.effects
         predicted = {(row.budget, row.r): row.ratio.get(e.chosen) for row in e.predicted_shift}
 
-    def implied(row: dict) -> str:
-        ratio = predicted.get((row["budget"], row["r"]))
+    def implied(row: OptimumShift) -> str:
+        ratio = predicted.get((row.budget, row.r))
         return "–" if ratio is None else f"{ratio:.3f}x"
 
     return [
         [
-            flops_label(row["budget"]),
-            str(row["r"]),
-            num(row["base_n_star"], "{:,.0f}"),
-            num(row["variant_n_star"], "{:,.0f}"),
-            row["shift"] + ("" if row.get("ratio") is None else f" ({row['ratio']:.3f}x)"),
+            flops_label(row.budget),
+            str(row.r),
+            num(row.base_n_star, "{:,.0f}"),
+            num(row.variant_n_star, "{:,.0f}"),
+            row.shift + ("" if row.ratio is None else f" ({row.ratio:.3f}x)"),
             implied(row),
-            num(tax["base"].get((row["budget"], row["r"])), "{:+.3f}"),
-            num(tax["variant"].get((row["budget"], row["r"])), "{:+.3f}"),
+            num(base_tax.get((row.budget, row.r)), "{:+.3f}"),
+            num(variant_tax.get((row.budget, row.r)), "{:+.3f}"),
         ]
-        for row in doc["optimum_shift"]
+        for row in doc.optimum_shift
     ]

@@ -4,7 +4,7 @@ under the key figures (why φ is not identified, the count baselines, the fit qu
 
 from __future__ import annotations
 
-from loopscale.fit.effect_results import PairedEffects
+from loopscale.fit.case_study_results import CaseStudy
 from loopscale.fit.labels import flops_label
 from loopscale.fit.results import LawCheck, law_check_in
 from loopscale.present.law_check import law_headline
@@ -214,17 +214,16 @@ def headline_table(doc, fitted: int, planned: int, below_bigram, delta_phi: dict
     return Table(header, [row])
 
 
-def effect_cell(compare_doc: dict) -> str:
+def effect_cell(case: CaseStudy) -> str:
     """The case study's effect in one cell: the effect model the matched pairs choose, with its size and
     interval (``fit.effects``), else the shared-nuisance Δφ."""
 
     def value(estimate: float, ci, unit: str = "") -> str:  # "+0.123 nats [lo, hi]", no interval: nothing
         return f"{estimate:+.3f}{unit}" + ("" if ci is None else " " + interval(ci, signed=True))
 
-    if not compare_doc.get("effects"):
-        d = compare_doc["delta_phi"]
-        return f"Δφ {value(d['estimate'], d.get('ci'))} (shared fit)"
-    e = PairedEffects.from_dict(compare_doc["effects"])
+    if case.effects is None:
+        return f"Δφ {value(case.delta_phi.estimate, case.delta_phi.ci)} (shared fit)"
+    e = case.effects
     phi = e.models["delta phi"]
     varies = e.trend is not None and e.trend.varies
     if not e.chosen_terms:
