@@ -118,7 +118,7 @@ def simulate_power(
                 bootstrap_restarts=bootstrap_restarts,
                 seed=seed + j,
             )
-            rows.append(PowerDraw(seed + j, out["estimate"], tuple(out["ci"]), out["resolved"]))
+            rows.append(PowerDraw(seed + j, out.estimate, tuple(out.ci), out.resolved))
             advance(1)
     return PowerSimulation(
         k=k,
