@@ -160,6 +160,7 @@ def test_fit_computes_from_tables_and_imports_no_layer_above_or_beside_it():
 REPORT_MAY_IMPORT = (
     "loopscale.fit.results",
     "loopscale.fit.effect_results",
+    "loopscale.fit.protocol_results",
     "loopscale.fit.labels",
     "loopscale.fit.law",
     "loopscale.fit.analyses",
