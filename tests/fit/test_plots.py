@@ -28,7 +28,7 @@ from loopscale.fit.labels import (  # noqa: E402
     percent_text,  # noqa: E402
 )
 from loopscale.fit.law import law_loss  # noqa: E402
-from loopscale.fit.protocol_results import ProfileResult  # noqa: E402
+from loopscale.fit.protocol_results import BaselineValues, ProfileResult  # noqa: E402
 from loopscale.fit.template import load_template  # noqa: E402
 from loopscale.present.plot_axes import log_locator, panel_grid  # noqa: E402
 from loopscale.present.plots import FIGURES, _save, plot_protocol, protocol_figures  # noqa: E402
@@ -305,7 +305,7 @@ def test_loop_tax_has_one_legend_and_no_blank_cell(case, request):
     protocol, table = request.getfixturevalue(case)
     budgets = sorted(set(table.budget.tolist()))
     rs = sorted(set(table.r.tolist()))
-    fig = dict(protocol_figures(protocol, table, {"unigram": 6.0, "bigram": 4.0}))["loop_tax"]
+    fig = dict(protocol_figures(protocol, table, BaselineValues(6.0, 4.0, 256, 1024, 64)))["loop_tax"]
     try:
         legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend())]
         assert len(legends) == 1

@@ -421,12 +421,12 @@ def test_machine_use_takes_the_union_of_run_spans_and_the_overhead():
 
     rows = [row(0, 10, 10, 9), row(5, 20, 15, 12), row(30, 40, 10, 9), {"status": "failed"}]
     use = machine_use(rows, peak_flops=1e12)
-    assert use["busy_wall_s"] == 30  # [0, 20] ∪ [30, 40]
-    assert use["flops"] == 3e12 and use["achieved_flops_per_s"] == pytest.approx(1e11)
-    assert use["utilisation"] == pytest.approx(0.1)
-    assert use["overhead_share"] == pytest.approx(1 - 30 / 35)
+    assert use.busy_wall_s == 30  # [0, 20] ∪ [30, 40]
+    assert use.flops == 3e12 and use.achieved_flops_per_s == pytest.approx(1e11)
+    assert use.utilisation == pytest.approx(0.1)
+    assert use.overhead_share == pytest.approx(1 - 30 / 35)
     untimed = machine_use([{**r, "started_at": math.nan} for r in rows[:3]], peak_flops=1e12)
-    assert untimed["utilisation"] is None and untimed["overhead_share"] == pytest.approx(1 - 30 / 35)
+    assert untimed.utilisation is None and untimed.overhead_share == pytest.approx(1 - 30 / 35)
 
 
 # --- the law check from hand-written fit.json sections following its schema ------------------

@@ -497,6 +497,62 @@ class ProtocolSettings(Record):
 
 
 @dataclass(frozen=True)
+class BaselineValues(Record):
+    """Count-model cross-entropies of a dataset's validation targets (nats/token, ``data.baselines``)."""
+
+    unigram: float
+    bigram: float
+    val_tokens: int  # targets scored
+    train_tokens: int  # training target tokens counted
+    vocab_size: int
+
+
+@dataclass(frozen=True)
+class Baselines(_Sparse):
+    """The sweep's count baselines (``analysis.baselines``): their ``values`` and the ``dataset`` path
+    (relative to the report), or None with the ``note`` that says why they are not available."""
+
+    OPTIONAL = ("dataset",)
+
+    values: BaselineValues | None
+    note: str | None
+    dataset: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """In the key order fit.json has held (values, dataset, note)."""
+        data = super().to_dict()
+        return {k: data[k] for k in ("values", "dataset", "note") if k in data}
+
+
+@dataclass(frozen=True)
+class PeakLoad(Record):
+    """The machine's load while its fp32 peak was probed: 1-minute load average (None: not recorded) and
+    cores."""
+
+    load_1min: float | None
+    cores: int
+
+
+@dataclass(frozen=True)
+class MachineUse(Record):
+    """How well a sweep used its machine (``analysis.machine.machine_use``): training FLOPs of the finished
+    runs, their summed process wall time (s), the per-run overhead share, the busy wall time (s) of the
+    ``timed_runs`` and the FLOP/s achieved over it against the probed fp32 matmul peak; ``utilisation`` is
+    None when the peak was probed on a loaded machine (``peak_load``)."""
+
+    runs: int
+    flops: float
+    sum_run_wall_s: float
+    overhead_share: float | None
+    timed_runs: int
+    busy_wall_s: float | None
+    achieved_flops_per_s: float | None
+    peak_flops_per_s: float | None
+    peak_load: PeakLoad | None
+    utilisation: float | None
+
+
+@dataclass(frozen=True)
 class ProtocolResult(_Sparse):
     """The fitting protocol's document (fit.json), read once by the analysis and rendered by report/.
 
@@ -530,8 +586,8 @@ class ProtocolResult(_Sparse):
     diagnostics: Diagnostics
     profile: ProfileResult | None
     schema: int
-    baselines: Any = None
-    machine_use: Any = None
+    baselines: Baselines | None = None
+    machine_use: MachineUse | None = None
 
     @property
     def phi_identified(self) -> bool | None:
@@ -541,8 +597,3 @@ class ProtocolResult(_Sparse):
     def phi_ci(self) -> tuple[float, float] | None:
         """φ's reported CI (``ci_method`` says how it was made); None without one."""
         return self.ci.get("phi")
-
-    @property
-    def level(self) -> float | None:
-        """The cell bootstrap's level (0.95 = 95%); None without a bootstrap."""
-        return None if self.bootstrap is None else self.bootstrap.level

@@ -35,7 +35,7 @@ import numpy as np
 from loopscale.fit.labels import flops_label
 from loopscale.fit.law import law_loss
 from loopscale.fit.protocol import Protocol
-from loopscale.fit.protocol_results import CellMinimum, FrontierRow
+from loopscale.fit.protocol_results import BaselineValues, CellMinimum, FrontierRow
 from loopscale.fit.table import RunTable
 from loopscale.io import atomic_write
 from loopscale.present.numbers import interval
@@ -73,11 +73,11 @@ def _save(fig, out_dir: Path, name: str) -> list[Path]:
 
 
 def plot_protocol(
-    protocol: Protocol, table: RunTable, out_dir: str | Path, baselines: dict | None = None
+    protocol: Protocol, table: RunTable, out_dir: str | Path, baselines: BaselineValues | None = None
 ) -> list[Path]:
     """Write the protocol's figures into ``out_dir`` and return their paths (PNG and SVG of each).
 
-    ``baselines`` ({"unigram": nats, "bigram": nats} on the runs' validation tokens) draws the bigram
+    ``baselines`` (unigram and bigram nats on the runs' validation tokens) draws the bigram
     table's loss on the loss-vs-size figures, so a reader sees whether the runs learned more than it."""
     import matplotlib.pyplot as plt
 
@@ -107,7 +107,7 @@ def _r_colors(rs: list[int]) -> dict[int, tuple]:
 
 
 def protocol_figures(
-    protocol: Protocol, table: RunTable, baselines: dict | None = None
+    protocol: Protocol, table: RunTable, baselines: BaselineValues | None = None
 ) -> Iterator[tuple[str, object]]:
     """Yield (name, open matplotlib Figure) for every figure the protocol supports, in ``FIGURES`` order.
 
@@ -227,14 +227,14 @@ def _side_legend(ax, extra=()) -> None:
     ax.legend(handles=[*handles, *extra], fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
 
-def _baseline_label(baselines: dict) -> str:
-    return f"bigram table {baselines['bigram']:.2f} (unigram {baselines['unigram']:.2f})"
+def _baseline_label(baselines: BaselineValues) -> str:
+    return f"bigram table {baselines.bigram:.2f} (unigram {baselines.unigram:.2f})"
 
 
-def _baseline_line(ax, baselines: dict | None) -> None:
+def _baseline_line(ax, baselines: BaselineValues | None) -> None:
     """The bigram table's validation loss as a dotted line (the unigram's in its label: it is far above)."""
     if baselines:
-        ax.axhline(baselines["bigram"], ls=":", lw=1.2, color="0.35", label=_baseline_label(baselines))
+        ax.axhline(baselines.bigram, ls=":", lw=1.2, color="0.35", label=_baseline_label(baselines))
 
 
 def _figure_legend(fig, axes, handles) -> None:
@@ -283,7 +283,7 @@ def _loop_tax(protocol: Protocol, table: RunTable, rs, colors, minima, baselines
             )  # fmt: skip
         ax.set_title(f"C = {flops_label(c)} FLOPs", fontsize=10)
         if baselines:
-            ax.axhline(baselines["bigram"], ls=":", lw=1.2, color="0.35")
+            ax.axhline(baselines.bigram, ls=":", lw=1.2, color="0.35")
         log_axis(ax, "x")
         linear_ticks(ax, "y")
         ax.set_xlabel("unique non-embedding parameters N")
