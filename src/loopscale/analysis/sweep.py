@@ -194,21 +194,20 @@ def analyse_sweep(
         flops_model=from_dict(ModelConfig, template, "sweep model"),
         template_source=f"the sweep's template ({path_from(folder, sweep_dir / 'sweep.yaml')})",
     )
+    result = protocol.result()
     baselines = dataset_baseline_losses(spec, folder)
     plots_dir = folder / FIGURE_DIR
     with svg_text():
         plots = [p for p in plot_protocol(protocol, table, plots_dir, baselines.values) if p.suffix == ".png"]
     plots += axis_plots(rows, plots_dir)
-    phi_figure = phi_per_budget_figure(protocol.to_dict(), plots_dir / "phi_per_budget")
+    phi_figure = phi_per_budget_figure(result, plots_dir / "phi_per_budget")
     compare = None
     case_figures: list[Path] = []
     arms_figure = None
     if spec.reuse:  # a case study: Δφ against the base sweep whose r = 1 runs it reuses
         settings = {"restarts": restarts, "resamples": bootstrap, "seed": seed}
         compare, case_figures, arms_figure = _case_study(spec, table, sweep_dir, plots_dir, settings)
-    fit = dataclasses.replace(
-        protocol.result(), baselines=baselines, machine_use=machine_use(rows, peak_flops)
-    )
+    fit = dataclasses.replace(result, baselines=baselines, machine_use=machine_use(rows, peak_flops))
 
     def rel(path: Path | None) -> str | None:
         return None if path is None else os.path.relpath(path, folder)
