@@ -22,7 +22,9 @@ import math
 from pathlib import Path
 
 from loopscale.cli import main as loopscale
+from loopscale.fit.protocol import read_protocol
 from loopscale.io import atomic_write_json, atomic_write_text
+from loopscale.present.identification import identification_verdict
 from loopscale.sweep import load_spec, plan_sweep
 from loopscale.sweep.results import read_results
 
@@ -99,7 +101,7 @@ def main() -> int:
             "ci_phi": doc["ci"]["phi"],
             "ci_width_phi": doc["ci"]["phi"][1] - doc["ci"]["phi"][0],
             "profile_phi": (doc.get("profile") or {}).get("interval"),
-            "verdict": doc["diagnostics"]["verdict"],
+            "verdict": identification_verdict(read_protocol(doc).diagnostics),
             "unbracketed_cells": [(c["budget"], c["r"]) for c in doc["cell_minima"] if not c["bracketed"]],
             "run_seconds": times[name],
         }

@@ -74,16 +74,13 @@ def main() -> None:
         table = simulate(reference, true_loss, rng, tau_rw, tau_cell, sigma)
         fit = fit_law(table, restarts=args.restarts, seed=k)
         row = {"table": k, "phi_hat": fit.phi}
-        intervals = {
-            "random_effects": random_effects_bootstrap(fit, table, resamples=args.resamples, seed=k)["ci"][
-                "phi"
-            ],
-        }
+        boot = random_effects_bootstrap(fit, table, resamples=args.resamples, seed=k)
+        intervals = {"random_effects": boot.ci["phi"]}
         if args.cell:
             cell = bootstrap_fit(fit, table, resamples=args.resamples, seed=k)
-            intervals["cell_bootstrap"] = cell["ci"]["phi"]
+            intervals["cell_bootstrap"] = cell.ci["phi"]
         if args.profile:
-            intervals["profile"] = profile_phi(table, [fit], seed=k)["interval"]
+            intervals["profile"] = profile_phi(table, [fit], seed=k).interval
         for name, (lo, hi) in intervals.items():
             lo = -np.inf if lo is None else lo
             hi = np.inf if hi is None else hi

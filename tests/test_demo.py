@@ -5,6 +5,12 @@ and an unidentified φ, which gets no number."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from pathlib import Path
+
+from loopscale.fit.protocol import read_protocol
+from loopscale.fit.protocol_results import ProtocolResult
 from loopscale.fit.results import Evidence, LawCheck, LawExtension, RunNoise, TrendPower
 from loopscale.report.verdict import lead_blocks, pipeline_check, summary_line
 from loopscale.sweep import plan_sweep, preset
@@ -15,8 +21,14 @@ INCONCLUSIVE = (
 )
 
 
-def _check(verdict: str) -> dict:
-    """A law check (``fit.results.LawCheck``, as fit.json holds it) whose headline is the one these tests
+# a published fit.json, whose φ, intervals and law check each test replaces
+BASE = read_protocol(
+    json.loads((Path(__file__).resolve().parents[1] / "results/laptop/fit.json").read_text())
+)
+
+
+def _check(verdict: str) -> LawCheck:
+    """A law check (``fit.results.LawCheck``) whose headline is the one these tests
     read: 3 tests and no power (inconclusive), 6 tests and power 0.93 (holds), φ falling 0.40 per decade
     (rejected), 2 budgets (untestable)."""
     noise = RunNoise(sigma=None, df=None, ci=None, source="none")
@@ -32,28 +44,28 @@ def _check(verdict: str) -> dict:
     )  # fmt: skip
     if verdict == "rejected":
         evidence = (Evidence("extension", 0.00017, key="phi-trend-c"),)
-        rejected = LawCheck(**parts, evidence=evidence, rejected_by=evidence, tests=6, threshold=0.01 / 6)
-        return rejected.to_dict()
+        return LawCheck(**parts, evidence=evidence, rejected_by=evidence, tests=6, threshold=0.01 / 6)
     if verdict == "untestable":
-        return LawCheck(**parts, untestable="too_few_budgets").to_dict()
+        return LawCheck(**parts, untestable="too_few_budgets")
     tests = 6 if verdict == "holds" else 3
     power = TrendPower(test="phi-trend-c", drift_per_decade=-0.40, level=0.01 / tests,
                        value=0.934 if verdict == "holds" else 0.0)  # fmt: skip
     evidence = tuple(Evidence("held_out_budget", 0.5, budget=float(c)) for c in range(tests))
-    return LawCheck(**parts, evidence=evidence, tests=tests, threshold=0.01 / tests, power=power).to_dict()
+    return LawCheck(**parts, evidence=evidence, tests=tests, threshold=0.01 / tests, power=power)
 
 
-def _doc(verdict: str, phi_identified: bool = True) -> dict:
-    return {
-        "fit": {"phi": 0.55, "r2": 0.98},
-        "diagnostics": {"phi_identified": phi_identified},
-        "ci": {"phi": [0.4, 0.7]},
-        "ci_secondary": {},
-        "bootstrap": {"level": 0.95},
-        "profile": None,
-        "settings": {},
-        "law_check": _check(verdict),
-    }
+def _doc(verdict: str, phi_identified: bool = True) -> ProtocolResult:
+    """φ = 0.55 with a 95% cell-bootstrap CI [0.4, 0.7], R² 0.98, no profile, under ``_check(verdict)``."""
+    return dataclasses.replace(
+        BASE,
+        fit=dataclasses.replace(BASE.fit, phi=0.55, r2=0.98),
+        diagnostics=dataclasses.replace(BASE.diagnostics, phi_identified=phi_identified),
+        ci={"phi": (0.4, 0.7)},
+        ci_method="cell_bootstrap",
+        ci_secondary={},
+        profile=None,
+        law_check=_check(verdict),
+    )
 
 
 def _line(doc, below=8, finished=8) -> str:

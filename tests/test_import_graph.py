@@ -161,6 +161,7 @@ REPORT_MAY_IMPORT = (
     "loopscale.fit.results",
     "loopscale.fit.effect_results",
     "loopscale.fit.case_study_results",
+    "loopscale.fit.protocol_results",
     "loopscale.fit.labels",
     "loopscale.fit.law",
     "loopscale.fit.analyses",

@@ -9,6 +9,7 @@ import pytest
 
 from loopscale.fit import compute_optimal, equivalence, load_table, loop_worth, parabola_minima
 from loopscale.fit.analyses import SizeModel, cell_gaps, n_eff, paper_template, residual_stats
+from loopscale.fit.protocol_results import CellMinimum
 from loopscale.paper import JOINT_FIT, MAIN_GRID
 
 PHI = JOINT_FIT["phi"]
@@ -17,23 +18,23 @@ PHI = JOINT_FIT["phi"]
 def test_worth_of_a_loop_v6():
     expected = {2: 1.3746, 4: 1.8895, 8: 2.5973, 16: 3.5702}
     for r, worth in expected.items():
-        assert loop_worth(r, PHI)["worth"] == pytest.approx(worth, abs=5e-5)
-    assert loop_worth(4, PHI)["fraction"] == pytest.approx(0.472, abs=5e-4)
-    assert loop_worth(8, PHI)["fraction"] == pytest.approx(0.325, abs=5e-4)
-    assert loop_worth(4, 0.46)["worth"] == pytest.approx(1.8921, abs=5e-5)
-    assert loop_worth(8, 0.46)["worth"] == pytest.approx(2.6027, abs=5e-5)
+        assert loop_worth(r, PHI).worth == pytest.approx(worth, abs=5e-5)
+    assert loop_worth(4, PHI).fraction == pytest.approx(0.472, abs=5e-4)
+    assert loop_worth(8, PHI).fraction == pytest.approx(0.325, abs=5e-4)
+    assert loop_worth(4, 0.46).worth == pytest.approx(1.8921, abs=5e-5)
+    assert loop_worth(8, 0.46).worth == pytest.approx(2.6027, abs=5e-5)
 
 
 def test_410m_580m_1b_example_v7():
     out = equivalence(1e9, 4, PHI)
-    assert out["unique_ratio"] == pytest.approx(98 / 240, abs=2e-4)  # 0.4083 → ≈ 410M
-    assert round(out["unique_params"] / 1e7) * 10 == 410
-    assert out["effective_ratio_layers_only"] == pytest.approx(0.5779, abs=5e-5)  # ≈ 580M
-    assert round(out["effective_ratio_layers_only"] * 100) * 10 == 580
-    assert out["effective_ratio"] == pytest.approx(0.5936, abs=2e-4)  # injection counted in N_rec
-    assert out["block_flops_overhead"] == pytest.approx(4 / 120, abs=1e-4)
-    assert 1.0 < out["flops_ratio"] < 1.03  # same per-token cost as the 1B model up to the injection
-    assert out["cost_equivalent_params"] == pytest.approx(1e9 * out["flops_ratio"], rel=0.01)
+    assert out.unique_ratio == pytest.approx(98 / 240, abs=2e-4)  # 0.4083 → ≈ 410M
+    assert round(out.unique_params / 1e7) * 10 == 410
+    assert out.effective_ratio_layers_only == pytest.approx(0.5779, abs=5e-5)  # ≈ 580M
+    assert round(out.effective_ratio_layers_only * 100) * 10 == 580
+    assert out.effective_ratio == pytest.approx(0.5936, abs=2e-4)  # injection counted in N_rec
+    assert out.block_flops_overhead == pytest.approx(4 / 120, abs=1e-4)
+    assert 1.0 < out.flops_ratio < 1.03  # same per-token cost as the 1B model up to the injection
+    assert out.cost_equivalent_params == pytest.approx(1e9 * out.flops_ratio, rel=0.01)
 
 
 @pytest.mark.parametrize("split,expected", [("paper", (0.761, 0.594, 0.481)), ("ls", (0.753, 0.584, 0.467))])
@@ -71,25 +72,25 @@ TABLE_9_6 = {
 
 def test_compute_optimal_frontier_v10_and_table_9_6():
     out = compute_optimal(JOINT_FIT, MAIN_GRID, (1, 2, 4, 8))
-    for r, entry in out["per_r"].items():
-        for row in entry["rows"]:
-            loss, n_m, d_b = TABLE_9_6[row["budget"]][int(r)]
-            assert row["loss"] == pytest.approx(loss, abs=6e-4)
-            assert row["n"] / 1e6 == pytest.approx(n_m, abs=1.0)  # printed to the nearest million
-            assert row["tokens"] / 1e9 == pytest.approx(d_b, abs=6e-3)
-            assert not row["at_edge"]
-        assert entry["a_N"] == pytest.approx(0.64, abs=0.006)
-        assert 0.445 <= entry["a_D"] <= 0.465
-    top = out["per_r"]["1"]["rows"][-1]
-    assert (round(top["loss"], 3), round(top["n"] / 1e6, -1), round(top["tokens"] / 1e9, 2)) == (
+    for r, entry in out.per_r.items():
+        for row in entry.rows:
+            loss, n_m, d_b = TABLE_9_6[row.budget][int(r)]
+            assert row.loss == pytest.approx(loss, abs=6e-4)
+            assert row.n / 1e6 == pytest.approx(n_m, abs=1.0)  # printed to the nearest million
+            assert row.tokens / 1e9 == pytest.approx(d_b, abs=6e-3)
+            assert not row.at_edge
+        assert entry.a_N == pytest.approx(0.64, abs=0.006)
+        assert 0.445 <= entry.a_D <= 0.465
+    top = out.per_r["1"].rows[-1]
+    assert (round(top.loss, 3), round(top.n / 1e6, -1), round(top.tokens / 1e9, 2)) == (
         2.316,
         840,
         3.40,
     )
-    gaps = out["per_r"]["8"]["gap_to_r1"]
+    gaps = out.per_r["8"].gap_to_r1
     assert gaps[0] == pytest.approx(2.995 - 2.870, abs=1e-3)
     ls = compute_optimal(JOINT_FIT, [4.64e17], (8,), split="ls")
-    assert round(ls["per_r"]["8"]["rows"][0]["loss"], 3) == 3.000
+    assert round(ls.per_r["8"].rows[0].loss, 3) == 3.000
 
 
 def test_parabola_vertex_is_exact_on_quadratic_cells():
@@ -106,14 +107,12 @@ def test_parabola_vertex_is_exact_on_quadratic_cells():
     minima = parabola_minima(load_table(rows))
     assert len(minima) == 4
     for m in minima:
-        assert m["bracketed"] and "reason" not in m
+        assert m.bracketed and m.reason is None
         # the 2e18 vertex (21.75) lies next to the widest run (21.82): its runs do not bracket it
-        assert m["runs_bracket"] is (m["budget"] == 1e18)
-        c0, c1, c2 = {1e18: (2.9, -0.2, 0.05), 2e18: (2.7, -0.3, 0.04)}[m["budget"]]
-        assert math.log(m["n_star"]) == pytest.approx(18 - c1 / (2 * c2), abs=1e-9)
-        assert m["loss_star"] == pytest.approx(
-            c0 - c1**2 / (4 * c2) + (0.05 if m["r"] == 4 else 0), abs=1e-12
-        )
+        assert m.runs_bracket is (m.budget == 1e18)
+        c0, c1, c2 = {1e18: (2.9, -0.2, 0.05), 2e18: (2.7, -0.3, 0.04)}[m.budget]
+        assert math.log(m.n_star) == pytest.approx(18 - c1 / (2 * c2), abs=1e-9)
+        assert m.loss_star == pytest.approx(c0 - c1**2 / (4 * c2) + (0.05 if m.r == 4 else 0), abs=1e-12)
     assert all(g["gap"] == pytest.approx(0.05, abs=1e-12) for g in cell_gaps(minima))
 
 
@@ -136,8 +135,8 @@ def test_parabola_vertex_outside_the_widths_run_is_not_a_number():
         + _cell(2e18, 4, sizes, lambda x: 3.0 - 0.05 * (x - 18) ** 2)  # opens downward
         + _cell(3e18, 1, sizes[:2], lambda x: 3.0 + 0.01 * x)  # two sizes only
     )
-    minima = {(m["budget"], m["r"]): m for m in parabola_minima(load_table(rows))}
-    assert minima[(1e18, 1)]["bracketed"] and minima[(1e18, 1)]["n_star"] == pytest.approx(math.exp(18))
+    minima = {(m.budget, m.r): m for m in parabola_minima(load_table(rows))}
+    assert minima[(1e18, 1)].bracketed and minima[(1e18, 1)].n_star == pytest.approx(math.exp(18))
     expected = {
         (1e18, 4): "above the widest",
         (2e18, 1): "below the narrowest",
@@ -146,9 +145,9 @@ def test_parabola_vertex_outside_the_widths_run_is_not_a_number():
     }
     for key, words in expected.items():
         m = minima[key]
-        assert m["bracketed"] is False and m["n_star"] is None and m["loss_star"] is None, key
-        assert words in m["reason"], (key, m["reason"])
-        assert not any(ch.isdigit() for ch in m["reason"].replace("3 widths", "")), m["reason"]
+        assert m.bracketed is False and m.n_star is None and m.loss_star is None, key
+        assert words in m.reason, (key, m.reason)
+        assert not any(ch.isdigit() for ch in m.reason.replace("3 widths", "")), m.reason
     assert cell_gaps(list(minima.values())) == []
 
 
@@ -165,7 +164,7 @@ TABLE_9_5 = {
 
 def test_cell_gaps_reproduce_table_9_5():
     minima = [
-        {"budget": c, "r": r, "loss_star": v[i]}
+        CellMinimum(budget=c, r=r, n_runs=4, n_star=1e9, loss_star=v[i], bracketed=True)
         for c, v in TABLE_9_5.items()
         for i, r in enumerate((1, 2, 4, 8))
     ]
@@ -178,7 +177,7 @@ def test_cell_gaps_reproduce_table_9_5():
 def test_residual_stats_by_hand():
     obs, pred, r = np.array([1.0, 2.0, 3.0, 4.0]), np.array([1.1, 1.9, 3.0, 4.2]), np.array([1, 1, 2, 2])
     out = residual_stats(obs, pred, r)
-    assert out["overall"]["mean"] == pytest.approx((-0.1 + 0.1 + 0 - 0.2) / 4)
-    assert out["overall"]["max_abs"] == pytest.approx(0.2)
-    assert out["per_r"]["2"]["rmse"] == pytest.approx(math.sqrt(0.04 / 2))
-    assert out["per_r"]["1"]["n"] == 2
+    assert out.overall.mean == pytest.approx((-0.1 + 0.1 + 0 - 0.2) / 4)
+    assert out.overall.max_abs == pytest.approx(0.2)
+    assert out.per_r["2"].rmse == pytest.approx(math.sqrt(0.04 / 2))
+    assert out.per_r["1"].n == 2

@@ -23,10 +23,10 @@ def test_noise_free_bootstrap_refits_all_land_on_phi(grid_table):
     """V9: with noise-free losses and tight tolerances every bootstrap φ is within ±0.001 of 0.459."""
     fit = fit_law(grid_table, restarts=60, seed=0)
     boot = bootstrap_fit(fit, grid_table, resamples=40, restarts=5, seed=1)
-    phis = boot["samples"]["phi"]
-    assert boot["cells"] == 24 and len(phis) == 40
+    phis = np.asarray(boot.samples["phi"])
+    assert boot.cells == 24 and len(phis) == 40
     assert np.abs(phis - PHI).max() < 1e-3
-    assert set(boot["ci"]) == {"E", "A", "B", "alpha", "beta", "phi", "a", "b", "e"}
+    assert set(boot.ci) == {"E", "A", "B", "alpha", "beta", "phi", "a", "b", "e"}
 
 
 def test_noisy_grid_phi_and_ci_coverage_over_20_seeds():
@@ -41,7 +41,7 @@ def test_noisy_grid_phi_and_ci_coverage_over_20_seeds():
     for seed in range(20):
         table = load_table(simulated_grid(noise=0.010, seed=100 + seed))
         fit = fit_law(table, restarts=40, seed=seed)
-        lo, hi = bootstrap_fit(fit, table, resamples=100, restarts=1, seed=seed)["ci"]["phi"]
+        lo, hi = bootstrap_fit(fit, table, resamples=100, restarts=1, seed=seed).ci["phi"]
         phis.append(fit.phi)
         covered += lo <= PHI <= hi
     assert abs(np.median(phis) - PHI) <= 0.03

@@ -65,11 +65,11 @@ def test_fit_document_layout(fitted):
     assert all((m["n_star"] is None) == (not m["bracketed"]) for m in doc["cell_minima"])
     assert doc["table"]["skipped"][0]["reason"].startswith("status failed")
     diag = doc["diagnostics"]
-    assert set(diag) >= {"at_bound", "phi_identified", "reasons", "verdict", "objective_note"}
+    assert set(diag) >= {"at_bound", "phi_identified", "phi_flags", "verdict", "ranking"}
     assert set(diag["at_bound"]) == {"point", "forms", "bootstrap_share"}
-    assert diag["phi_identified"] is True and diag["verdict"].startswith("φ is identified")
+    assert diag["phi_identified"] is True and diag["verdict"] == "identified"  # a code: no sentence
     prof = doc["profile"]
-    for key in ("method", "phi", "objective", "deviance", "threshold", "level", "interval", "open"):
+    for key in ("phi", "objective", "deviance", "threshold", "level", "interval", "open"):
         assert key in prof, key
     assert "agrees_with_bootstrap" in prof and "disagreement" in prof
     assert prof["open"] == [False, False] and prof["interval"][0] < doc["fit"]["phi"] < prof["interval"][1]

@@ -229,9 +229,9 @@ def test_random_effects_bootstrap_widens_under_a_shared_effect():
         t = load_table(data)
         fit = fit_law(t, restarts=30)
         out = random_effects_bootstrap(fit, t, resamples=30, restarts=3)
-        lo, hi = out["ci"]["phi"]
+        lo, hi = out.ci["phi"]
         widths[name] = hi - lo
-        assert set(out["components"]) == {"r_width", "cell", "iid"}
+        assert set(out.components) == {"r_width", "cell", "iid"}
     assert widths["shared"] > 1.5 * widths["iid"]
 
 
@@ -329,9 +329,7 @@ def test_phi_halves_give_each_ci_end_its_monte_carlo_range():
     """Each half's CI end lies inside its recorded Monte Carlo range (fit.bootstrap.end_ranges), the
     detail the report gives instead of putting the halves in its lead."""
     table = load_table(_rows(noise=0.005, seed=3))
-    halves = {
-        name: fit_law(table.subset(mask), restarts=10) for name, mask in table.budget_halves().items()
-    }
+    halves = {name: fit_law(table.subset(mask), restarts=10) for name, mask in table.budget_halves().items()}
     rows = phi_halves(table, halves, resamples=40)
     assert [row.half for row in rows] == ["low", "high"] and sum(row.n for row in rows) == len(table)
     for row in rows:

@@ -28,6 +28,7 @@ from loopscale.fit.labels import (  # noqa: E402
     percent_text,  # noqa: E402
 )
 from loopscale.fit.law import law_loss  # noqa: E402
+from loopscale.fit.protocol_results import BaselineValues, ProfileResult  # noqa: E402
 from loopscale.fit.template import load_template  # noqa: E402
 from loopscale.present.plot_axes import log_locator, panel_grid  # noqa: E402
 from loopscale.present.plots import FIGURES, _save, plot_protocol, protocol_figures  # noqa: E402
@@ -37,22 +38,25 @@ from .conftest import simulated_grid  # noqa: E402
 CPU_RESULTS = Path(__file__).resolve().parents[2] / "results" / "cpu" / "results.csv"
 
 
-def _profile(phi_hat: float, lo: float | None, hi: float | None) -> dict:
-    """A profile-likelihood document of the protocol's contract (a parabola around φ̂)."""
+def _profile(phi_hat: float, lo: float | None, hi: float | None) -> ProfileResult:
+    """A profile-likelihood result of the protocol's contract (a parabola around φ̂)."""
     grid = np.linspace(-3, 3, 41)
     deviance = 30.0 * (grid - phi_hat) ** 2
-    return {
-        "method": "refit with φ fixed on a grid",
-        "phi": grid.tolist(),
-        "objective": (1e-4 + deviance * 1e-6).tolist(),
-        "deviance": deviance.tolist(),
-        "threshold": 3.841,
-        "level": 0.95,
-        "interval": [lo, hi],
-        "open": [lo is None, hi is None],
-        "agrees_with_bootstrap": True,
-        "disagreement": None,
-    }
+    return ProfileResult(
+        phi=tuple(grid.tolist()),
+        objective=tuple((1e-4 + deviance * 1e-6).tolist()),
+        deviance=tuple(deviance.tolist()),
+        threshold=3.841,
+        level=0.95,
+        interval=(lo, hi),
+        open=(lo is None, hi is None),
+        phi_hat=phi_hat,
+        rss_min=2e-4,
+        n_runs=len(grid),
+        disjoint=False,
+        agrees_with_bootstrap=True,
+        disagreement=None,
+    )
 
 
 def _protocol(rows, **kw):
@@ -178,7 +182,7 @@ def test_collapse_compares_the_fitted_phi_with_phi_0_and_1(paper_grid):
 def test_vertices_are_drawn_only_where_the_curve_brackets_them(cpu_sweep):
     protocol, table = cpu_sweep
     minima = protocol.cell_minima
-    bracketed = [m for m in minima if m["bracketed"]]
+    bracketed = [m for m in minima if m.bracketed]
     assert 0 < len(bracketed) < len(minima)  # the cpu sweep has both kinds
     figs = dict(protocol_figures(protocol, table))
     try:
@@ -267,7 +271,7 @@ def test_bootstrap_histogram_is_not_stretched_by_a_few_outliers(paper_grid):
     protocol, table = paper_grid
     rng = np.random.default_rng(0)
     phis = np.concatenate([rng.normal(protocol.fit.phi, 0.03, 196), [-3.0] * 4])
-    boot = {**protocol.bootstrap, "samples": {**protocol.bootstrap["samples"], "phi": phis}}
+    boot = dataclasses.replace(protocol.bootstrap, samples={**protocol.bootstrap.samples, "phi": tuple(phis)})
     fig = dict(protocol_figures(dataclasses.replace(protocol, bootstrap=boot), table))["phi_bootstrap"]
     try:
         ax = fig.axes[0]
@@ -291,7 +295,7 @@ def test_bootstrap_histogram_without_outliers_says_nothing_about_them(paper_grid
         lo, hi = fig.axes[0].get_xlim()
     finally:
         plt.close("all")
-    samples = protocol.bootstrap["samples"]["phi"]
+    samples = protocol.bootstrap.samples["phi"]
     assert not any("outside the axis" in t for t in texts)
     assert lo <= min(samples) and max(samples) <= hi
 
@@ -301,7 +305,7 @@ def test_loop_tax_has_one_legend_and_no_blank_cell(case, request):
     protocol, table = request.getfixturevalue(case)
     budgets = sorted(set(table.budget.tolist()))
     rs = sorted(set(table.r.tolist()))
-    fig = dict(protocol_figures(protocol, table, {"unigram": 6.0, "bigram": 4.0}))["loop_tax"]
+    fig = dict(protocol_figures(protocol, table, BaselineValues(6.0, 4.0, 256, 1024, 64)))["loop_tax"]
     try:
         legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend())]
         assert len(legends) == 1

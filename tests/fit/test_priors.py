@@ -159,13 +159,13 @@ def test_ladder_needs_the_prior_and_recovers_phi_with_it():
     for seed in range(5):
         table = load_table(ladder(seed))
         fit = fit_law(table, restarts=10, seed=seed, held=held)
-        ci = random_effects_bootstrap(fit, table, resamples=20, restarts=2, seed=seed)["ci"]
+        ci = random_effects_bootstrap(fit, table, resamples=20, restarts=2, seed=seed).ci
         assert "alpha" not in ci and "E" not in ci
         covered.append(ci["phi"][0] <= TRUTH["phi"] <= ci["phi"][1])
         if seed < 2:
             free = fit_law(table, restarts=10, seed=seed)
             prof = profile_phi(table, [free], points=21, restarts=2, seed=seed)
-            assert diagnose(free, {"joint": free}, None, prof)["phi_identified"] is False
+            assert diagnose(free, {"joint": free}, None, prof).phi_identified is False
     assert sum(covered) >= 4, covered
 
 

@@ -68,32 +68,32 @@ def test_truncated_frontier_spends_each_budget_at_the_accounted_flops(laptop):
     budgets = (3.2e12, 1.25e13)
     out = compute_optimal(coef, budgets, (1, 2, 4, 8), laptop, bptt_k=CEIL_HALF)
     full = compute_optimal(coef, budgets, (1, 2, 4, 8), laptop)
-    assert out["bptt_k"] == {"2": 1, "4": 2, "8": 4} and full["bptt_k"] == {}
+    assert out.bptt_k == {"2": 1, "4": 2, "8": 4} and full.bptt_k == {}
     for r, k in CEIL_HALF.items():
         # F(d) as an independent quadratic through the accounting at six legal widths, read at the optimum
         widths = np.array([16.0 * i for i in range(1, 7)])
         f = [flops_per_token(replace(laptop, width=int(w), r=r, bptt_k=k)) for w in widths]
         poly = np.polyfit(widths, f, 2)
-        for row in out["per_r"][str(r)]["rows"]:
-            assert row["budget"] / row["tokens"] == pytest.approx(np.polyval(poly, row["width"]), rel=1e-9)
-        assert out["per_r"][str(r)]["rows"] != full["per_r"][str(r)]["rows"]
-    assert out["per_r"]["1"] == full["per_r"]["1"]
+        for row in out.per_r[str(r)].rows:
+            assert row.budget / row.tokens == pytest.approx(np.polyval(poly, row.width), rel=1e-9)
+        assert out.per_r[str(r)].rows != full.per_r[str(r)].rows
+    assert out.per_r["1"] == full.per_r["1"]
 
 
 def test_equivalence_costs_less_than_the_plain_model_under_truncation(laptop):
     params = count_params(replace(laptop, width=48, r=1)).n
     full = equivalence(params, 4, 0.42, laptop)
     truncated = equivalence(params, 4, 0.42, laptop, bptt_k=2)
-    assert truncated["width"] == pytest.approx(48)
+    assert truncated.width == pytest.approx(48)
     ratio = flops_per_token(replace(laptop, width=48, r=4, bptt_k=2)) / flops_per_token(
         replace(laptop, width=48, r=1)
     )
-    assert truncated["flops_ratio"] == pytest.approx(ratio, rel=1e-9)
-    assert truncated["flops_ratio"] == pytest.approx(0.790, abs=5e-4) and full["flops_ratio"] > 1
-    assert truncated["cost_equivalent_params"] < params < full["cost_equivalent_params"]
-    assert (truncated["bptt_k"], full["bptt_k"]) == (2, None)
+    assert truncated.flops_ratio == pytest.approx(ratio, rel=1e-9)
+    assert truncated.flops_ratio == pytest.approx(0.790, abs=5e-4) and full.flops_ratio > 1
+    assert truncated.cost_equivalent_params < params < full.cost_equivalent_params
+    assert (truncated.bptt_k, full.bptt_k) == (2, None)
     for key in ("unique_params", "effective_params", "worth"):
-        assert truncated[key] == full[key]
+        assert getattr(truncated, key) == getattr(full, key)
     assert equivalence(params, 4, 0.42, laptop, bptt_k=4) == full  # k = r is full BPTT
     with pytest.raises(UserError, match="bptt_k"):
         equivalence(params, 4, 0.42, laptop, bptt_k=5)
@@ -106,9 +106,9 @@ def test_fit_and_report_of_the_truncated_table_use_truncated_flops(laptop):
     doc = protocol.to_dict()
     assert doc["compute_optimal"]["bptt_k"] == {"2": 1, "4": 2, "8": 4}
     said = "truncated BPTT: k = ⌈r/2⌉ loops backpropagated (r=2: k=1, r=4: k=2, r=8: k=4)"
-    assert said in protocol_text(protocol)
-    assert said in frontier_section(doc).blocks[0]
-    text = " ".join(b for b in result_section(doc, table, laptop).blocks if isinstance(b, str))
+    assert said in protocol_text(protocol.result())
+    assert said in frontier_section(protocol.result()).blocks[0]
+    text = " ".join(b for b in result_section(protocol.result(), table, laptop).blocks if isinstance(b, str))
     sentence = text[text.index("Equivalence at this scale") :]
     costs = float(sentence.split("while it costs ")[1].split("×")[0])
     assert costs == pytest.approx(0.790, abs=1e-3)

@@ -24,8 +24,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from loopscale.cli import main
-from loopscale.errors import UserError
 from loopscale.fit.labels import flops_label
+from loopscale.fit.protocol import read_protocol
 from loopscale.fit.results import (
     BudgetPhi,
     Evidence,
@@ -34,12 +34,14 @@ from loopscale.fit.results import (
     LackOfFit,
     LawCheck,
     LawExtension,
+    RecordError,
     RunNoise,
     TrendPower,
     law_evidence,
     read_law_check,
 )
 from loopscale.present.figures import axis_figure
+from loopscale.present.identification import disagreement_text, identification_reasons, objective_note
 from loopscale.present.law_check import law_headline, law_reasons
 from loopscale.present.plots import FIGURES
 from loopscale.report.allocation import minima_section
@@ -168,7 +170,8 @@ def test_report_leads_with_the_verdict_and_phi_bold_only_under_a_law_that_holds(
     assert fit["law_check"]["verdict"] == "untestable"
     md = (root / "report" / "report.md").read_text()
     lead = _lead(md)
-    assert lead[0].startswith(f"**Verdict:** {law_verdict(fit)}")
+    result = read_protocol(fit)
+    assert lead[0].startswith(f"**Verdict:** {law_verdict(result)}")
     bold_phi = f"φ = {fit['fit']['phi']:.3f}, given a law not checked on these runs"
     assert f"**φ = {fit['fit']['phi']:.3f}**" not in md
     phi_paragraph = next(p for p in lead if bold_phi in p)
@@ -182,9 +185,9 @@ def test_report_leads_with_the_verdict_and_phi_bold_only_under_a_law_that_holds(
     # each thing once (above the verbatim fit output at the end): φ and its intervals, R² note, verdict
     text = md.split("\n## Full fit output")[0]
     assert text.count(bold_phi) == 1
-    assert text.count(intervals_text(fit)) == 1
-    assert text.count(fit["diagnostics"]["objective_note"]) == 1
-    assert text.count(law_verdict(fit)) == 1
+    assert text.count(intervals_text(result)) == 1
+    assert text.count(objective_note(result.diagnostics.ranking)) == 1
+    assert text.count(law_verdict(result)) == 1
     assert "\n## Law check\n" in md and md.index("## Law check") < md.index("## Result")
     result = _section(md, "Result")
     assert "| block bootstrap (percentile) | 95% |" in result or "| 95% |" in result
@@ -199,14 +202,15 @@ def test_report_leads_with_the_verdict_and_phi_bold_only_under_a_law_that_holds(
 def test_unidentified_phi_is_flagged_never_bold_and_not_compared_with_the_paper(unidentified):
     root, _, _ = unidentified
     fit = json.loads((root / "report" / "fit.json").read_text())
-    diag = fit["diagnostics"]
-    assert diag["phi_identified"] is False and diag["reasons"]
+    result = read_protocol(fit)
+    reasons = identification_reasons(result.diagnostics)
+    assert result.phi_identified is False and reasons
     md = (root / "report" / "report.md").read_text()
     lead = _lead(md)
-    assert lead[0].startswith(f"**Verdict:** {law_verdict(fit)}")
+    assert lead[0].startswith(f"**Verdict:** {law_verdict(result)}")
     assert any(p.startswith("φ is not identified by these runs: no value of it") for p in lead[:2])
     assert f"{fit['fit']['phi']:.3f}" not in " ".join(lead)  # no number for a φ the runs do not pin down
-    for reason in diag["reasons"]:
+    for reason in reasons:
         assert f"- {reason}" in md
     assert not [span for span in _bold_spans(md) if "φ" in span and "=" in span]
     page = (root / "report" / "report.html").read_text()
@@ -214,15 +218,16 @@ def test_unidentified_phi_is_flagged_never_bold_and_not_compared_with_the_paper(
     assert "lies inside" not in md and "Compared with the paper" not in md
     assert "No comparison with the paper" in _section(md, "Result")
     assert "not a finding" in _section(md, "Result")  # loop worth / equivalence only as an illustration
-    if fit["profile"] and fit["profile"]["disagreement"]:
-        assert fit["profile"]["disagreement"] in md
+    if result.profile and result.profile.disagreement:
+        assert disagreement_text(result.profile.disagreement) in md
 
 
 def test_report_cli_line_leads_with_the_verdict(unidentified):
     root, _, stdout = unidentified
     line = stdout.strip()
     doc = json.loads((root / "report" / "fit.json").read_text())
-    assert len(line.splitlines()) == 1 and line.startswith(law_verdict(doc).rstrip(".") + ". phi not ")
+    verdict = law_verdict(read_protocol(doc))
+    assert len(line.splitlines()) == 1 and line.startswith(verdict.rstrip(".") + ". phi not ")
     assert re.search(r"phi not identified \(the point fit's -?\d\.\d\d is no measurement\), R² = ", line)
     assert "bigram table not available [sweep demo]" in line  # the sweep has no dataset
     assert "φ is identified" not in line
@@ -250,7 +255,7 @@ def test_minima_table_gives_a_vertex_only_where_it_is_bracketed(reported):
     doc["cell_minima"][1].update(
         bracketed=False, n_star=None, loss_star=None, reason="vertex above the widest"
     )
-    md = Document("t", sections=[minima_section(doc)]).markdown(root)
+    md = Document("t", sections=[minima_section(read_protocol(doc))]).markdown(root)
     rows = [line for line in md.splitlines() if line.startswith("| ") and "FLOPs" not in line]
     assert "| 12.3K | 3.2100 |" in rows[0]
     # a vertex whose lowest run sits at an end of the widths says so, and is not counted as bracketed by runs
@@ -328,7 +333,7 @@ def test_report_summary_line(reported_line):
     root, line = reported_line
     doc = json.loads((root / "report" / "fit.json").read_text())
     assert len(line.splitlines()) == 1
-    assert line.startswith(law_verdict(doc).rstrip(".") + ". phi = 0.5")  # the law check first
+    assert line.startswith(law_verdict(read_protocol(doc)).rstrip(".") + ". phi = 0.5")  # the law check first
     assert re.search(
         r"\. phi = 0\.5\d\d \(given a law not checked on these runs; (bootstrap 95% CI|95% CI) \[0\.\d+, "
         r"0\.\d+\].*, profile-likelihood 95% "
@@ -416,12 +421,12 @@ def test_machine_use_takes_the_union_of_run_spans_and_the_overhead():
 
     rows = [row(0, 10, 10, 9), row(5, 20, 15, 12), row(30, 40, 10, 9), {"status": "failed"}]
     use = machine_use(rows, peak_flops=1e12)
-    assert use["busy_wall_s"] == 30  # [0, 20] ∪ [30, 40]
-    assert use["flops"] == 3e12 and use["achieved_flops_per_s"] == pytest.approx(1e11)
-    assert use["utilisation"] == pytest.approx(0.1)
-    assert use["overhead_share"] == pytest.approx(1 - 30 / 35)
+    assert use.busy_wall_s == 30  # [0, 20] ∪ [30, 40]
+    assert use.flops == 3e12 and use.achieved_flops_per_s == pytest.approx(1e11)
+    assert use.utilisation == pytest.approx(0.1)
+    assert use.overhead_share == pytest.approx(1 - 30 / 35)
     untimed = machine_use([{**r, "started_at": math.nan} for r in rows[:3]], peak_flops=1e12)
-    assert untimed["utilisation"] is None and untimed["overhead_share"] == pytest.approx(1 - 30 / 35)
+    assert untimed.utilisation is None and untimed.overhead_share == pytest.approx(1 - 30 / 35)
 
 
 # --- the law check from hand-written fit.json sections following its schema ------------------
@@ -494,12 +499,13 @@ def fitted_doc(reported):
     """The reported sweep's fit.json without a law check (it is added per test)."""
     root, _ = reported
     doc = json.loads((root / "report" / "fit.json").read_text())
-    doc.pop("law_check", None)
+    doc["law_check"] = None
     return doc
 
 
 def _render(doc: dict, tmp_path) -> tuple[list, str, str]:
-    """(lead blocks, first screen as Markdown, the Law check section as Markdown)."""
+    """(lead blocks, first screen as Markdown, the Law check section as Markdown) of a fit.json mapping."""
+    doc = read_protocol(doc)
     lead = lead_blocks(doc)
     first = Document("t", lead=lead).markdown(tmp_path)
     section = Document("t", sections=[law_check_section(doc)]).markdown(tmp_path)
@@ -518,8 +524,8 @@ def test_a_rejected_law_leads_with_its_headline_and_never_calls_phi_identified(f
     assert "half" not in first and "halves" not in first
     assert not [span for span in _bold_spans(first) if "φ" in span]
     assert "identified" not in first
-    assert "No comparison with the paper" in paper_comparison(doc)
-    line = summary_line(doc, 18, 18, [], "laptop", (4, 18, 4.078))
+    assert "No comparison with the paper" in paper_comparison(read_protocol(doc))
+    line = summary_line(read_protocol(doc), 18, 18, [], "laptop", (4, 18, 4.078))
     pipeline = "most runs are above a bigram table (4.078 nats): a pipeline check, not a measurement; "
     assert line.startswith(pipeline + HEADLINE + ". phi = ") and "constant-φ law, rejected" in line
     assert "identified" not in line
@@ -541,7 +547,8 @@ def test_a_rejected_law_leads_with_its_headline_and_never_calls_phi_identified(f
 def test_a_law_that_holds_gives_phi_with_its_reported_interval_on_the_first_line(fitted_doc, tmp_path):
     doc = copy.deepcopy(fitted_doc)
     doc["law_check"] = _law_check("holds")
-    doc["ci"] = {**doc["ci"], "phi": [0.41, 0.53], "phi_method": "cluster bootstrap"}
+    doc["ci"] = {**doc["ci"], "phi": [0.41, 0.53]}
+    doc["ci_method"] = "cluster_bootstrap"
     doc["ci_secondary"] = {"bootstrap_cell": [0.45, 0.5], "profile": [0.44, 0.52]}
     lead, first, section = _render(doc, tmp_path)
     phi = doc["fit"]["phi"]
@@ -551,7 +558,7 @@ def test_a_law_that_holds_gives_phi_with_its_reported_interval_on_the_first_line
     assert f"; **φ = {phi:.3f}**: 95% CI [0.410, 0.530] (cluster bootstrap), profile-likelihood" in lead[0]
     assert first.count(f"φ = {phi:.3f}") == 1
     assert "The tests behind the verdict" not in section and "p = 0.5" in section  # nothing rejects
-    line = summary_line(doc, 18, 18, [], "laptop", None)
+    line = summary_line(read_protocol(doc), 18, 18, [], "laptop", None)
     assert line.startswith(holds) and ". phi = " in line
     assert "95% CI [0.410, 0.530] (cluster bootstrap)" in line
 
@@ -592,8 +599,8 @@ def test_a_law_check_json_refuses_unknown_keys_and_reads_the_old_schema(fitted_d
     (headline and reasons as sentences, halves by name) is read through its converter, and says the same."""
     check = {**_law_check("rejected"), "headline": "stale"}
     doc = {**copy.deepcopy(fitted_doc), "law_check": check}
-    with pytest.raises(UserError, match="unknown key.*headline"):
-        lead_blocks(doc)
+    with pytest.raises(RecordError, match="unknown key.*headline"):
+        read_protocol(doc)
     published = json.loads((REPO / "results" / "laptop-factorial" / "fit.json").read_text())["law_check"]
     assert "schema" not in published  # written before fit.results
     typed = read_law_check(published)

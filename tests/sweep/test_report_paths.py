@@ -84,6 +84,7 @@ def _timed_rows() -> list[dict]:
 def test_machine_utilisation_only_against_a_peak_probed_on_an_idle_machine(monkeypatch, load, expected):
     from loopscale.analysis.machine import machine_use
     from loopscale.cli.sweep import _machine_line
+    from loopscale.fit.protocol_results import PeakLoad
     from loopscale.report.machine import machine_section
 
     probes = []
@@ -93,11 +94,11 @@ def test_machine_utilisation_only_against_a_peak_probed_on_an_idle_machine(monke
     )
     use = machine_use(_timed_rows())
     assert probes == [("cpu", "float32")]
-    assert use["achieved_flops_per_s"] == pytest.approx(1e11) and use["peak_flops_per_s"] == 4e11
+    assert use.achieved_flops_per_s == pytest.approx(1e11) and use.peak_flops_per_s == 4e11
     line = next(s for s in machine_section(use).blocks if s.startswith("Busy wall time"))
     assert expected in line and expected in _machine_line(_timed_rows())
     if load.busy:
-        assert use["utilisation"] is None and "%" not in line
-        assert use["peak_load"] == {"load_1min": load.load_1min, "cores": load.cores}
+        assert use.utilisation is None and "%" not in line
+        assert use.peak_load == PeakLoad(load_1min=load.load_1min, cores=load.cores)
     else:
-        assert use["utilisation"] == pytest.approx(0.25) and use["peak_load"] is None
+        assert use.utilisation == pytest.approx(0.25) and use.peak_load is None

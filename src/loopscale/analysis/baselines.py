@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from loopscale.errors import UserError
+from loopscale.fit.protocol_results import Baselines, BaselineValues
 from loopscale.published import path_from, relative_text
 
 
-def dataset_baseline_losses(spec, folder: Path) -> dict:
+def dataset_baseline_losses(spec, folder: Path) -> Baselines:
     """Unigram/bigram cross-entropy of the sweep's validation tokens, or why they are not available; the
     dataset path relative to the report ``folder`` (a published report names no machine path)."""
     from loopscale.data.baselines import dataset_baselines
@@ -23,5 +24,7 @@ def dataset_baseline_losses(spec, folder: Path) -> dict:
         val_tokens = data.get("val_tokens") or ds.num_rows("val") * ds.seq_len
         values = dataset_baselines(path, int(val_tokens))
     except UserError as exc:
-        return {"values": None, "note": f"not available: {relative_text(str(exc), folder)}"}
-    return {"values": values.to_dict(), "dataset": path_from(folder, path), "note": None}
+        return Baselines(values=None, note=f"not available: {relative_text(str(exc), folder)}")
+    return Baselines(
+        values=BaselineValues.from_dict(values.to_dict()), note=None, dataset=path_from(folder, path)
+    )

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 import os
 
+from loopscale.fit.protocol_results import MachineUse, PeakLoad
+
 
 def _union_seconds(spans: list[tuple[float, float]]) -> float:
     """Length of the union of [start, end] intervals (seconds)."""
@@ -18,7 +20,7 @@ def _union_seconds(spans: list[tuple[float, float]]) -> float:
     return total
 
 
-def machine_use(rows: list[dict], peak_flops: float | None = None) -> dict:
+def machine_use(rows: list[dict], peak_flops: float | None = None) -> MachineUse:
     """How well the sweep used the machine: training FLOPs of the finished runs over their busy wall time
     (the union of the runs' process spans, which overlap when several workers run) against the machine's
     measured fp32 matmul peak, and the per-run overhead (process wall − training-loop time).
@@ -34,26 +36,15 @@ def machine_use(rows: list[dict], peak_flops: float | None = None) -> dict:
     ]
     walls = [r["wall_time_s"] for r in ok if math.isfinite(r.get("wall_time_s", math.nan))]
     trains = [r.get("train_time_s", math.nan) for r in ok if math.isfinite(r.get("wall_time_s", math.nan))]
-    out: dict = {
-        "runs": len(ok),
-        "flops": float(sum(r["flops_per_token"] * r["tokens"] for r in ok)),
-        "sum_run_wall_s": float(sum(walls)),
-        "overhead_share": None,
-        "timed_runs": len(timed),
-        "busy_wall_s": None,
-        "achieved_flops_per_s": None,
-        "peak_flops_per_s": None,
-        "peak_load": None,
-        "utilisation": None,
-    }
+    overhead = None
     if walls and all(math.isfinite(t) for t in trains):
-        out["overhead_share"] = float(1 - sum(trains) / sum(walls))
+        overhead = float(1 - sum(trains) / sum(walls))
+    busy = achieved = load = utilisation = None
     if timed:
         busy = _union_seconds([(r["started_at"], r["finished_at"]) for r in timed])
         flops = sum(r["flops_per_token"] * r["tokens"] for r in timed)
-        out["busy_wall_s"] = busy
-        out["achieved_flops_per_s"] = flops / busy if busy > 0 else None
-        if out["achieved_flops_per_s"]:
+        achieved = flops / busy if busy > 0 else None
+        if achieved:
             if peak_flops is None:
                 import torch
 
@@ -63,8 +54,19 @@ def machine_use(rows: list[dict], peak_flops: float | None = None) -> dict:
                 peak = peak_measurement("cpu", "float32")  # the best idle probe here (re-measured daily)
                 peak_flops = peak.flops
                 if peak.busy:
-                    out["peak_load"] = {"load_1min": peak.load.load_1min, "cores": peak.load.cores}
-            out["peak_flops_per_s"] = float(peak_flops)
-            if out["peak_load"] is None:
-                out["utilisation"] = out["achieved_flops_per_s"] / peak_flops
-    return out
+                    load = PeakLoad(load_1min=peak.load.load_1min, cores=peak.load.cores)
+            peak_flops = float(peak_flops)
+            if load is None:
+                utilisation = achieved / peak_flops
+    return MachineUse(
+        runs=len(ok),
+        flops=float(sum(r["flops_per_token"] * r["tokens"] for r in ok)),
+        sum_run_wall_s=float(sum(walls)),
+        overhead_share=overhead,
+        timed_runs=len(timed),
+        busy_wall_s=busy,
+        achieved_flops_per_s=achieved,
+        peak_flops_per_s=peak_flops if achieved else None,
+        peak_load=load,
+        utilisation=utilisation,
+    )

@@ -14,6 +14,7 @@ of the fit.json and compare.json beside it, which hold the fit and the case stud
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from dataclasses import dataclass
@@ -28,6 +29,9 @@ from loopscale.fit import load_table, run_protocol
 from loopscale.fit.case_study import compare_arms
 from loopscale.fit.case_study_results import CaseStudy, case_study_in
 from loopscale.fit.compare import make_arms
+from loopscale.fit.protocol import read_protocol
+from loopscale.fit.protocol_results import ProtocolResult
+from loopscale.fit.results import RecordError
 from loopscale.fit.table import SkippedRunsWarning
 from loopscale.io import atomic_write_json
 from loopscale.present.case_study_figures import (
@@ -59,7 +63,7 @@ class SweepAnalysis:
 
     name: str  # the sweep's name
     sweep: str  # the sweep folder
-    fit: dict  # the fitting protocol's document (fit.json: ``fit.protocol.Protocol.to_dict`` + baselines)
+    fit: ProtocolResult  # the fitting protocol's document (fit.json), with the baselines and machine use
     compare: CaseStudy | None  # the case study against the base sweep (compare.json), if the sweep reuses one
     rows: list[dict]  # the sweep's result rows (results.csv's)
     skipped: list[tuple[str, str]]  # (run, reason) left out of the fit
@@ -92,7 +96,7 @@ class SweepAnalysis:
 def save_analysis(analysis: SweepAnalysis, folder: Path) -> Path:
     """Write fit.json, compare.json (a case study) and analysis.json into ``folder``; the manifest last, so
     a folder whose analysis.json exists holds the files it names."""
-    atomic_write_json(folder / FIT_FILE, analysis.fit)
+    atomic_write_json(folder / FIT_FILE, analysis.fit.to_dict())
     if analysis.compare is not None:
         atomic_write_json(folder / COMPARE_FILE, analysis.compare.to_dict())
     return atomic_write_json(folder / ANALYSIS_FILE, analysis.manifest())
@@ -128,6 +132,7 @@ def read_analysis(path: str | Path) -> tuple[SweepAnalysis, Path]:
         parts[key] = read_json(folder / name, REMEDY)
     if parts["compare"] is not None:
         parts["compare"] = case_study_in(parts["compare"], str(folder / manifest["compare"]))
+    parts["fit"] = _protocol(parts["fit"], folder / manifest["fit"])
     analysis = SweepAnalysis(
         name=manifest["name"],
         sweep=manifest["sweep"],
@@ -142,6 +147,15 @@ def read_analysis(path: str | Path) -> tuple[SweepAnalysis, Path]:
         **parts,
     )
     return analysis, folder
+
+
+def _protocol(doc, path: Path) -> ProtocolResult:
+    """fit.json as the report reads it (an older document converted, ``fit.protocol.read_protocol``); one
+    that is not one is a one-line UserError naming the key."""
+    try:
+        return read_protocol(doc)
+    except (RecordError, KeyError, TypeError) as exc:
+        raise UserError(f"{path}: not a fit document loopscale can read ({exc}); {REMEDY}") from exc
 
 
 def sweep_rows(sweep_dir: Path) -> list[dict]:
@@ -182,21 +196,20 @@ def analyse_sweep(
         flops_model=from_dict(ModelConfig, template, "sweep model"),
         template_source=f"the sweep's template ({path_from(folder, sweep_dir / 'sweep.yaml')})",
     )
-    doc = protocol.to_dict()
-    doc["baselines"] = dataset_baseline_losses(spec, folder)
+    result = protocol.result()
+    baselines = dataset_baseline_losses(spec, folder)
     plots_dir = folder / FIGURE_DIR
     with svg_text():
-        plots = [p for p in plot_protocol(protocol, table, plots_dir, doc["baselines"]["values"])
-                 if p.suffix == ".png"]  # fmt: skip
+        plots = [p for p in plot_protocol(protocol, table, plots_dir, baselines.values) if p.suffix == ".png"]
     plots += axis_plots(rows, plots_dir)
-    phi_figure = phi_per_budget_figure(doc, plots_dir / "phi_per_budget")
+    phi_figure = phi_per_budget_figure(result, plots_dir / "phi_per_budget")
     compare = None
     case_figures: list[Path] = []
     arms_figure = None
     if spec.reuse:  # a case study: Δφ against the base sweep whose r = 1 runs it reuses
         settings = {"restarts": restarts, "resamples": bootstrap, "seed": seed}
         compare, case_figures, arms_figure = _case_study(spec, table, sweep_dir, plots_dir, settings)
-    doc["machine_use"] = machine_use(rows, peak_flops)
+    fit = dataclasses.replace(result, baselines=baselines, machine_use=machine_use(rows, peak_flops))
 
     def rel(path: Path | None) -> str | None:
         return None if path is None else os.path.relpath(path, folder)
@@ -204,11 +217,11 @@ def analyse_sweep(
     analysis = SweepAnalysis(
         name=spec.name,
         sweep=os.path.relpath(sweep_dir, folder),
-        fit=doc,
+        fit=fit,
         compare=compare,
         rows=rows,
         skipped=list(table.skipped),
-        below_bigram=below_bigram_counts(doc["baselines"], rows),
+        below_bigram=below_bigram_counts(fit.baselines, rows),
         template=template,
         plots=[rel(p) for p in plots],
         phi_per_budget=rel(phi_figure),
@@ -256,7 +269,7 @@ def analysis_of_report(folder: str | Path, sweep_dir: str | Path) -> SweepAnalys
     spec, runs = open_sweep(sweep_dir)
     has_runs = (sweep_dir / "runs").is_dir()
     rows = collect_rows(sweep_dir) if has_runs else read_results(sweep_dir / "results.csv")
-    doc = read_json(folder / FIT_FILE, REMEDY)
+    fit = _protocol(read_json(folder / FIT_FILE, REMEDY), folder / FIT_FILE)
     compare = (
         case_study_in(read_json(folder / COMPARE_FILE, REMEDY), str(folder / COMPARE_FILE))
         if (folder / COMPARE_FILE).is_file()
@@ -277,11 +290,11 @@ def analysis_of_report(folder: str | Path, sweep_dir: str | Path) -> SweepAnalys
     analysis = SweepAnalysis(
         name=spec.name,
         sweep=os.path.relpath(sweep_dir, folder),
-        fit=doc,
+        fit=fit,
         compare=compare,
         rows=rows,
         skipped=list(table.skipped),
-        below_bigram=below_bigram_counts(doc["baselines"], rows),
+        below_bigram=below_bigram_counts(fit.baselines, rows),
         template={**spec.model, "width": runs[0].width},
         plots=present(*FIGURES, "axes"),
         phi_per_budget=(present("phi_per_budget") or [None])[0],

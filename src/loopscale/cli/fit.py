@@ -270,7 +270,7 @@ def run_fit(args: argparse.Namespace) -> int:
         check_resamples=args.check_resamples,
         held=held,
     )
-    print(protocol_text(protocol))
+    print(protocol_text(protocol.result()))
     if args.json_out:
         atomic_write_json(args.json_out, protocol.to_dict())
         print(f"wrote {args.json_out}")
@@ -317,7 +317,7 @@ def run_equiv(args: argparse.Namespace) -> int:
         if check is not None and check.verdict == "rejected":
             note = f"note: {law_headline(check)}; the phi used here is not a measurement"
         elif diagnostics.get("phi_identified") is False:
-            note = f"note: {diagnostics.get('verdict') or 'phi was not identified by that fit'}"
+            note = f"note: {_identification_verdict(doc)}"
         if form != "paper":
             form_note = f"phi is phi0 of the {form} form (phi at its covariate's centre), not one phi"
             note = f"{note}; {form_note}" if note else f"note: {form_note}"
@@ -327,33 +327,45 @@ def run_equiv(args: argparse.Namespace) -> int:
 
     check_equivalence_inputs(args.params, args.r, phi, bptt_k)
     out = equivalence(args.params, args.r, phi, template, bptt_k)
-    out["template"] = source or "the paper's template (method §2)"
+    out = dataclasses.replace(out, template=source or "the paper's template (method §2)")
     if args.json:
-        print(json.dumps(out, indent=2))
+        print(json.dumps(out.to_dict(), indent=2))
         return 0
     if note:
         print(note)
-    p = out["params"]
+    p = out.params
     print(
-        f"non-looped model: {p:,.0f} parameters at width d = {out['width']:.0f}; r = {args.r} at the same "
-        f"width, phi = {phi:g} (template: {out['template']})"
+        f"non-looped model: {p:,.0f} parameters at width d = {out.width:.0f}; r = {args.r} at the same "
+        f"width, phi = {phi:g} (template: {out.template})"
     )
     print(
-        f"worth of {args.r} loops   r^phi = {out['worth']:.4f} unique blocks "
-        f"({100 * out['worth'] / args.r:.1f}% of full equivalence)"
+        f"worth of {args.r} loops   r^phi = {out.worth:.4f} unique blocks "
+        f"({100 * out.worth / args.r:.1f}% of full equivalence)"
     )
-    print(f"unique parameters   {out['unique_params']:>16,.0f}  ({out['unique_ratio']:.4f} x)")
+    print(f"unique parameters   {out.unique_params:>16,.0f}  ({out.unique_ratio:.4f} x)")
     print(
-        f"effective N_eff     {out['effective_params']:>16,.0f}  ({out['effective_ratio']:.4f} x; "
-        f"layers only, injection ignored: {out['effective_ratio_layers_only']:.4f} x)"
+        f"effective N_eff     {out.effective_params:>16,.0f}  ({out.effective_ratio:.4f} x; "
+        f"layers only, injection ignored: {out.effective_ratio_layers_only:.4f} x)"
     )
-    trained = "full BPTT" if out["bptt_k"] is None else f"truncated BPTT, last {out['bptt_k']} loops"
+    trained = "full BPTT" if out.bptt_k is None else f"truncated BPTT, last {out.bptt_k} loops"
     print(
-        f"training cost       {out['flops_ratio']:.4f} x the non-looped model's FLOPs/token ({trained}) "
-        f"(= a {out['cost_equivalent_params']:,.0f}-parameter non-looped model; injection "
-        f"{100 * out['block_flops_overhead']:.1f}% of block FLOPs)"
+        f"training cost       {out.flops_ratio:.4f} x the non-looped model's FLOPs/token ({trained}) "
+        f"(= a {out.cost_equivalent_params:,.0f}-parameter non-looped model; injection "
+        f"{100 * out.block_flops_overhead:.1f}% of block FLOPs)"
     )
     return 0
+
+
+def _identification_verdict(doc: dict) -> str:
+    """The verdict of a fit document whose φ is not identified (``present.identification``)."""
+    from loopscale.fit.protocol import read_protocol
+    from loopscale.fit.results import RecordError
+    from loopscale.present.identification import identification_verdict
+
+    try:
+        return identification_verdict(read_protocol(doc).diagnostics)
+    except (RecordError, KeyError, TypeError, ValueError):  # a partial document: no verdict to give
+        return "phi was not identified by that fit"
 
 
 def run_compare(args: argparse.Namespace) -> int:

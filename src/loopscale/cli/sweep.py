@@ -259,11 +259,11 @@ def _machine_line(rows: list[dict]) -> str:
     use = machine_use(rows)
     throughput = throughput_text(use)
     if throughput is None:
-        return f"machine use: {use['runs']} finished runs, {use['flops']:.3g} training FLOPs (no run timings)"
-    share = use["overhead_share"]
+        return f"machine use: {use.runs} finished runs, {use.flops:.3g} training FLOPs (no run timings)"
+    share = use.overhead_share
     overhead = "" if share is None else f"; per-run overhead {100 * share:.1f}%"
     return (
-        f"machine use: {use['flops']:.3g} training FLOPs in {use['busy_wall_s'] / 3600:.2f} h busy wall = "
+        f"machine use: {use.flops:.3g} training FLOPs in {use.busy_wall_s / 3600:.2f} h busy wall = "
         f"{throughput}{overhead}"
     )
 

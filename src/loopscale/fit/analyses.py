@@ -10,6 +10,7 @@ forward only (method §2.6, §4.2); its parameter counts are those of full BPTT.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -21,6 +22,16 @@ from loopscale.config import ModelConfig
 from loopscale.config import replace as replace_config
 from loopscale.errors import UserError
 from loopscale.fit.law import EXTENSIONS, LOWER, PHI, UPPER, extension_covariate, law_loss
+from loopscale.fit.protocol_results import (
+    CellMinimum,
+    Equivalence,
+    Frontier,
+    FrontierEntry,
+    FrontierRow,
+    LoopWorth,
+    Residuals,
+    ResidualStats,
+)
 from loopscale.fit.table import RunTable
 from loopscale.paper import paper_template
 
@@ -32,10 +43,10 @@ def n_eff(n_once, n_rec, r, phi: float) -> np.ndarray:
     return np.asarray(n_once, float) + np.asarray(r, float) ** phi * np.asarray(n_rec, float)
 
 
-def loop_worth(r: int, phi: float) -> dict[str, float]:
+def loop_worth(r: int, phi: float) -> LoopWorth:
     """r loops are worth r^φ unique blocks; ``fraction`` = r^φ / r of full equivalence."""
     worth = float(r) ** phi
-    return {"r": r, "worth": worth, "fraction": worth / r}
+    return LoopWorth(r=r, worth=worth, fraction=worth / r)
 
 
 @dataclass(frozen=True)
@@ -96,7 +107,7 @@ class SizeModel:
 
 def equivalence(
     params: float, r: int, phi: float, template: ModelConfig | None = None, bptt_k: int | None = None
-) -> dict[str, float]:
+) -> Equivalence:
     """A non-looped model of ``params`` parameters vs the r-loop model at the same width (method §9.8).
 
     Returns the looped model's unique and effective sizes (N_eff, paper split; and the layers-only ratio
@@ -128,22 +139,22 @@ def equivalence(
     k = r if looped.bptt_k is None else looped.bptt_k
     loops_charged = k + (r - k) / 3
     block_flops = (lay.prelude + lay.coda + loops_charged * lay.rec_layers) * block_params(width)
-    return {
-        "params": float(params),
-        "r": r,
-        "phi": phi,
-        "bptt_k": looped.bptt_k,
-        "width": width,
-        "unique_params": unique,
-        "unique_ratio": unique / params,
-        "effective_params": effective,
-        "effective_ratio": effective / params,
-        "effective_ratio_layers_only": layers_only,
-        "worth": float(r) ** phi,
-        "flops_ratio": flops_looped / float(plain("flops", width)),
-        "block_flops_overhead": loops_charged * injection_params(width, lay) / block_flops,
-        "cost_equivalent_params": float(plain("n", plain.width_for("flops", flops_looped))),
-    }
+    return Equivalence(
+        params=float(params),
+        r=r,
+        phi=phi,
+        bptt_k=looped.bptt_k,
+        width=width,
+        unique_params=unique,
+        unique_ratio=unique / params,
+        effective_params=effective,
+        effective_ratio=effective / params,
+        effective_ratio_layers_only=layers_only,
+        worth=float(r) ** phi,
+        flops_ratio=flops_looped / float(plain("flops", width)),
+        block_flops_overhead=loops_charged * injection_params(width, lay) / block_flops,
+        cost_equivalent_params=float(plain("n", plain.width_for("flops", flops_looped))),
+    )
 
 
 def bptt_by_r(table: RunTable) -> dict[int, int]:
@@ -190,19 +201,20 @@ def check_equivalence_inputs(params: float, r: int, phi: float, bptt_k: int | No
         raise UserError(f"bptt_k must be a whole number of loops in 1..r = {r:g}, got {bptt_k!r}")
 
 
-def residual_stats(observed: np.ndarray, predicted: np.ndarray, r: np.ndarray) -> dict:
+def residual_stats(observed: np.ndarray, predicted: np.ndarray, r: np.ndarray) -> Residuals:
     """Residuals observed − predicted (nats): n, mean, max |resid|, RMSE overall and per r."""
 
-    def stats(res: np.ndarray) -> dict[str, float]:
-        return {
-            "n": int(res.size),
-            "mean": float(res.mean()),
-            "max_abs": float(np.abs(res).max()),
-            "rmse": float(np.sqrt(np.mean(res**2))),
-        }
+    def stats(res: np.ndarray) -> ResidualStats:
+        return ResidualStats(
+            n=int(res.size),
+            mean=float(res.mean()),
+            max_abs=float(np.abs(res).max()),
+            rmse=float(np.sqrt(np.mean(res**2))),
+        )
 
     res = np.asarray(observed, float) - np.asarray(predicted, float)
-    return {"overall": stats(res), "per_r": {str(k): stats(res[r == k]) for k in sorted(set(r.tolist()))}}
+    per_r = {str(k): stats(res[r == k]) for k in sorted(set(r.tolist()))}
+    return Residuals(overall=stats(res), per_r=per_r)
 
 
 def compute_optimal(
@@ -215,7 +227,7 @@ def compute_optimal(
     widths_run: tuple[float, float] | None = None,
     extension: tuple[str, float | None] | None = None,
     bptt_k: dict[int, int] | None = None,
-) -> dict:
+) -> Frontier:
     """Minimise L(N_eff(d), C/F(d)) over continuous width d for every (r, C) (method §8.7, §9.6).
 
     ``extension`` (name, covariate centre): ``coef`` is a fit of that one-parameter extension of the law
@@ -245,7 +257,7 @@ def compute_optimal(
             return ()
         return extension[0], extension_covariate(extension[0], once, rec, r, c, extension[1])
 
-    frontier: dict[str, dict] = {}
+    frontier: dict[str, FrontierEntry] = {}
     for r in sorted(set(int(v) for v in rs)):
         sizes = SizeModel.build(template, r, split, bptt_k.get(r))
         rows = []
@@ -264,35 +276,38 @@ def compute_optimal(
             phi_here = phi
             if extension is not None and EXTENSIONS[extension[0]].target == "phi":
                 phi_here = phi + coef["ext"] * float(_covariate(once, rec, r, c)[1])
-            rows.append(
-                {
-                    "budget": c,
-                    "width": d,
-                    "n": float(sizes("n", d)),
-                    "n_eff": once + rec if phi is None else float(n_eff(once, rec, r, phi_here)),
-                    "tokens": c / float(sizes("flops", d)),
-                    "loss": float(res.fun),
-                    "at_edge": bool(min(res.x - lo, hi - res.x) < 1e-3),
-                }
-            )
+            inside = None
             if widths_run is not None:
-                inside = widths_run[0] * (1 - 1e-9) <= d <= widths_run[1] * (1 + 1e-9)
-                rows[-1]["within_widths_run"] = bool(inside)
-        entry: dict = {"rows": rows}
+                inside = bool(widths_run[0] * (1 - 1e-9) <= d <= widths_run[1] * (1 + 1e-9))
+            rows.append(
+                FrontierRow(
+                    budget=c,
+                    width=d,
+                    n=float(sizes("n", d)),
+                    n_eff=once + rec if phi is None else float(n_eff(once, rec, r, phi_here)),
+                    tokens=c / float(sizes("flops", d)),
+                    loss=float(res.fun),
+                    at_edge=bool(min(res.x - lo, hi - res.x) < 1e-3),
+                    within_widths_run=inside,
+                )
+            )
+        slopes = {}
         if len(budgets) >= 2:
             log_c = np.log(budgets)
-            entry["a_N"] = float(np.polyfit(log_c, np.log([row["n"] for row in rows]), 1)[0])
-            entry["a_D"] = float(np.polyfit(log_c, np.log([row["tokens"] for row in rows]), 1)[0])
-        frontier[str(r)] = entry
+            slopes["a_N"] = float(np.polyfit(log_c, np.log([row.n for row in rows]), 1)[0])
+            slopes["a_D"] = float(np.polyfit(log_c, np.log([row.tokens for row in rows]), 1)[0])
+        frontier[str(r)] = FrontierEntry(rows=tuple(rows), **slopes)
     if "1" in frontier:
-        base = {row["budget"]: row["loss"] for row in frontier["1"]["rows"]}
-        for entry in frontier.values():
-            entry["gap_to_r1"] = [row["loss"] - base[row["budget"]] for row in entry["rows"]]
+        base = {row.budget: row.loss for row in frontier["1"].rows}
+        frontier = {
+            r: dataclasses.replace(entry, gap_to_r1=tuple(row.loss - base[row.budget] for row in entry.rows))
+            for r, entry in frontier.items()
+        }
     truncated = {str(r): bptt_k[r] for r in sorted(bptt_k) if str(r) in frontier and bptt_k[r] < r}
-    return {"split": split, "budgets": budgets, "per_r": frontier, "bptt_k": truncated}
+    return Frontier(split=split, budgets=tuple(budgets), per_r=frontier, bptt_k=truncated)
 
 
-def parabola_minima(table: RunTable) -> list[dict]:
+def parabola_minima(table: RunTable) -> tuple[CellMinimum, ...]:
     """Empirical iso-FLOP minima (method §8.7, §9.5): per (budget, r) cell, a least-squares parabola of loss
     in log N (N = unique parameters) through the cell's runs and its vertex (N*, L*).
 
@@ -304,46 +319,47 @@ def parabola_minima(table: RunTable) -> list[dict]:
     loss at the narrowest or widest run) rests on the parabola's shape alone.
     """
     if not table.has_budget:
-        return []
+        return ()
     out = []
     for c, r in sorted({(float(b), int(k)) for b, k in zip(table.budget, table.r)}):
         mask = (table.budget == c) & (table.r == r)
         log_n, loss = np.log(table.n[mask]), table.loss[mask]
-        row: dict = {
-            "budget": c,
-            "r": r,
-            "n_runs": int(mask.sum()),
-            "n_star": None,
-            "loss_star": None,
-            "bracketed": False,
-            "runs_bracket": bool(log_n.min() < log_n[np.argmin(loss)] < log_n.max()),
-        }
+        vertex: dict = {}
         if len(set(log_n.tolist())) < 3:
-            row["reason"] = "fewer than 3 widths run at this budget"
+            why = "fewer than 3 widths run at this budget"
         else:
             c2, c1, c0 = np.polyfit(log_n, loss, 2)
             x_star = -c1 / (2 * c2) if c2 > 0 else math.nan
             if not c2 > 0:
-                row["reason"] = "the parabola opens downward (no minimum): not bracketed"
+                why = "the parabola opens downward (no minimum): not bracketed"
             elif x_star < log_n.min():
-                row["reason"] = "vertex below the narrowest width run: the minimum is not bracketed"
+                why = "vertex below the narrowest width run: the minimum is not bracketed"
             elif x_star > log_n.max():
-                row["reason"] = "vertex above the widest width run: the minimum is not bracketed"
+                why = "vertex above the widest width run: the minimum is not bracketed"
             else:
-                row.update(
-                    n_star=float(math.exp(x_star)),
-                    loss_star=float(c0 - c1 * c1 / (4 * c2)),
-                    bracketed=True,
-                )
-        out.append(row)
-    return out
+                why = None
+                vertex = dict(n_star=float(math.exp(x_star)), loss_star=float(c0 - c1 * c1 / (4 * c2)))
+        cell = CellMinimum(
+            budget=c,
+            r=r,
+            n_runs=int(mask.sum()),
+            n_star=vertex.get("n_star"),
+            loss_star=vertex.get("loss_star"),
+            bracketed=bool(vertex),
+            runs_bracket=bool(log_n.min() < log_n[np.argmin(loss)] < log_n.max()),
+            reason=why,
+        )
+        out.append(cell)
+    return tuple(out)
 
 
-def cell_gaps(minima: list[dict]) -> list[dict]:
-    """L*(r) − L*(r = 1) (nats) per budget from per-cell minima rows {budget, r, loss_star}."""
-    base = {m["budget"]: m["loss_star"] for m in minima if m["r"] == 1 and m["loss_star"] is not None}
+def cell_gaps(minima) -> list[dict]:
+    """L*(r) − L*(r = 1) (nats) per budget from per-cell minima (``parabola_minima``): rows {budget, r,
+    gap}. A leaf table: fit/case_study.py writes it into compare.json as it is (``protocol_results.CellGap``
+    reads a row back)."""
+    base = {m.budget: m.loss_star for m in minima if m.r == 1 and m.loss_star is not None}
     return [
-        {"budget": m["budget"], "r": m["r"], "gap": m["loss_star"] - base[m["budget"]]}
+        {"budget": m.budget, "r": m.r, "gap": m.loss_star - base[m.budget]}
         for m in minima
-        if m["r"] != 1 and m["loss_star"] is not None and m["budget"] in base
+        if m.r != 1 and m.loss_star is not None and m.budget in base
     ]

@@ -22,6 +22,7 @@ from scipy.stats import binom
 from loopscale.errors import UserError
 from loopscale.fit.fitter import LawFit, design_for, fit_many
 from loopscale.fit.law import PARAM_LABELS, PARAMS, Design, log_prediction, theta_to_coefficients
+from loopscale.fit.protocol_results import CellBootstrap, RandomEffectsBootstrap, as_samples
 from loopscale.fit.table import RunTable
 from loopscale.fit.varpro import SEEDS_PER_REFIT
 
@@ -200,10 +201,12 @@ def held_keys(fit: LawFit) -> set[str]:
     return {k for name in fit.held for k in (name, PARAM_LABELS[PARAMS.index(name)])}
 
 
-def _interval_table(samples: dict[str, np.ndarray], fit: LawFit, level: float) -> dict[str, list[float]]:
+def _interval_table(
+    samples: dict[str, np.ndarray], fit: LawFit, level: float
+) -> dict[str, tuple[float, float]]:
     """Percentile CIs of the bootstrap ``samples``, except for the parameters ``fit`` holds."""
     held = held_keys(fit)
-    return {k: percentile_ci(v, level) for k, v in samples.items() if k not in held}
+    return {k: tuple(percentile_ci(v, level)) for k, v in samples.items() if k not in held}
 
 
 def bootstrap_fit(
@@ -215,27 +218,25 @@ def bootstrap_fit(
     level: float = CI_LEVEL,
     advance=None,
     held_draws: dict[str, np.ndarray] | None = None,
-) -> dict:
+) -> CellBootstrap:
     """Cell block bootstrap of ``fit`` on ``table``; ``advance(k)``: progress callback (k refits done);
     ``held_draws`` {θ name: [resamples]}: what each refit holds a held parameter at (``refit_weighted``).
-
-    Returns {"samples": {coefficient: [R] values}, "ci": {coefficient: [lo, hi]}, "resamples", "cells", ...}.
     """
     if resamples < 2:
         raise UserError(f"bootstrap needs at least 2 resamples, got {resamples}")
     weights = resample_weights(table, resamples, seed, joint=fit.form == "joint")
     thetas = refit_weighted(fit, table, weights, restarts, seed + 1, advance=advance, held_draws=held_draws)
     samples = _coefficient_table(thetas, fit.form == "chinchilla")
-    return {
-        "resamples": resamples,
-        "cells": len(table.cells()[1]),
-        "restarts_per_refit": restarts,
-        "warm_start": True,
-        "level": level,
-        "held_resampled": sorted(held_draws or {}),
-        "samples": samples,
-        "ci": _interval_table(samples, fit, level),
-    }
+    return CellBootstrap(
+        resamples=resamples,
+        cells=len(table.cells()[1]),
+        restarts_per_refit=restarts,
+        warm_start=True,
+        level=level,
+        held_resampled=tuple(sorted(held_draws or {})),
+        ci=_interval_table(samples, fit, level),
+        samples=as_samples(samples),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -265,7 +266,8 @@ def run_widths(table: RunTable) -> np.ndarray:
 
 
 def effect_groups(table: RunTable) -> dict[str, np.ndarray]:
-    """Indicator matrices of the error groups the random-effects model allows for.
+    """Indicator matrices of the error groups the random-effects model allows for (a leaf table of
+    numerics: group name → [runs, groups] 0/1 matrix).
 
     "r_width": runs of one loop count and one width (across budgets; the width is the non-looped twin's
     size N_once + r·N_rec where the table has no width column); "cell": runs of one (budget, r) cell.
@@ -296,12 +298,15 @@ def design_jacobian(theta: np.ndarray, design: Design, free: np.ndarray) -> np.n
     return np.column_stack(cols)
 
 
-def variance_components(resid: np.ndarray, groups: dict[str, np.ndarray], jacobian: np.ndarray) -> dict:
+def variance_components(
+    resid: np.ndarray, groups: dict[str, np.ndarray], jacobian: np.ndarray
+) -> dict[str, float]:
     """REML estimates of the error variances: one random effect per group of ``groups`` plus an iid term.
 
     ``resid`` [n] are log-loss residuals of a fit whose linearisation is ``jacobian`` [n, p]; REML takes the
     p fitted directions out of the likelihood (only the column space of the Jacobian matters). Returns
-    {name: variance} in squared log-loss units, "iid" included.
+    {name: variance} in squared log-loss units, "iid" included: a leaf table keyed by the caller's groups
+    (``effect_groups``' or fit.compare's per-arm ones).
     """
     from scipy.linalg import cho_factor, cho_solve
     from scipy.optimize import minimize as scipy_minimize
@@ -360,14 +365,14 @@ def random_effects_bootstrap(
     level: float = CI_LEVEL,
     advance=None,
     held_draws: dict[str, np.ndarray] | None = None,
-) -> dict:
+) -> RandomEffectsBootstrap:
     """Parametric bootstrap of ``fit`` under crossed random effects estimated from its own residuals.
 
     The log-loss residuals are split by REML into a shared effect per (r, width), one per (budget, r) cell
     and an iid term (``variance_components``); each resample is the fitted law plus fresh effects of those
-    variances, refitted from the fit (warm start) plus ``restarts`` random starts. Returns {"method",
-    "components" (standard deviations in log loss), "resamples", "level", "samples", "ci"} like
-    ``bootstrap_fit`` (samples and CIs of every coefficient but the held ones; ``held_draws`` as there).
+    variances, refitted from the fit (warm start) plus ``restarts`` random starts. Its ``components`` are
+    standard deviations in log loss; samples and CIs as ``bootstrap_fit``'s (every coefficient but the held
+    ones; ``held_draws`` as there).
     """
     if resamples < 2:
         raise UserError(f"bootstrap needs at least 2 resamples, got {resamples}")
@@ -381,15 +386,12 @@ def random_effects_bootstrap(
         fit, table, None, restarts, seed + 1, targets=sims, advance=advance, held_draws=held_draws
     )
     samples = _coefficient_table(thetas, plain)
-    return {
-        "method": "random-effects parametric bootstrap: REML variance components of the log-loss residuals "
-        "((r, width) effect shared across budgets, (budget, r) cell effect, iid), tables simulated from "
-        "the fit plus such errors and refitted; percentile interval",
-        "components": {name: math.sqrt(v) for name, v in components.items()},
-        "resamples": resamples,
-        "restarts_per_refit": restarts,
-        "level": level,
-        "held_resampled": sorted(held_draws or {}),
-        "samples": samples,
-        "ci": _interval_table(samples, fit, level),
-    }
+    return RandomEffectsBootstrap(
+        components={name: math.sqrt(v) for name, v in components.items()},
+        resamples=resamples,
+        restarts_per_refit=restarts,
+        level=level,
+        held_resampled=tuple(sorted(held_draws or {})),
+        ci=_interval_table(samples, fit, level),
+        samples=as_samples(samples),
+    )

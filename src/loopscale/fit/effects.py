@@ -202,7 +202,7 @@ def base_law(fit: LawFit, table: RunTable, pairs: Pairs, resamples: int, seed: i
     draws = fit.theta[None]
     if resamples >= 2:
         boot = random_effects_bootstrap(fit, table, resamples=resamples, seed=seed)
-        samples = boot["samples"]
+        samples = boot.samples
         cols = [samples[k] for k in PARAMS]
         if fit.extension is not None:
             cols.append(samples["ext"])
@@ -482,7 +482,7 @@ def _predicted_shifts(pairs: Pairs, law: BaseLaw, models: dict[str, dict]) -> li
     from loopscale.fit.analyses import parabola_minima
 
     def minima(t: RunTable) -> dict:
-        return {(m["budget"], m["r"]): m["n_star"] for m in parabola_minima(t) if m["bracketed"]}
+        return {(m.budget, m.r): m.n_star for m in parabola_minima(t) if m.bracketed}
 
     base = minima(dataclasses.replace(pairs.base, loss=law._loss(law.theta, False)[0]))
     variant_law = law._loss(law.theta, True)[0]

@@ -41,6 +41,7 @@ from loopscale.fit.fitter import (
     single_blas_thread,
 )
 from loopscale.fit.law import BOUND_TOL, LOWER, PARAMS, PHI, UPPER, Design
+from loopscale.fit.protocol_results import IntervalDisagreement, ProfileResult
 from loopscale.fit.table import RunTable
 
 PROFILE_LEVEL = 0.95
@@ -60,11 +61,6 @@ IMPROVE_REL = 1e-8  # a neighbour warm start must lower the objective by this mu
 RESID_FLOOR = 1e-12  # RSS floor per run (log-loss residual 1e-12): keeps noise-free data finite
 AGREE_FRACTION = 0.25  # bootstrap and profile disagree when an end differs by more than this × width
 AGREE_FLOOR = 0.01  # … and by more than this in φ (noise-free data give intervals of width ~0)
-METHOD = (
-    "profile likelihood: phi fixed on a grid over [-3, 3], the other five parameters refitted by least "
-    "squares on log loss; deviance = n*log(RSS(phi)/RSS_min) (Gaussian errors, variance profiled out), "
-    "interval where deviance <= chi2_1(level)"
-)
 
 
 def _refit_at(
@@ -187,21 +183,19 @@ def profile_phi(
     points: int = COARSE_POINTS,
     seed: int = 0,
     level: float = PROFILE_LEVEL,
-) -> dict:
+) -> ProfileResult:
     """The profile-likelihood interval for φ of the joint law on ``table`` (see the module docstring).
 
     ``fits`` are joint-law fits of the same table (the φ-free one first; φ = 0, φ = 1 …) used as warm
     starts (parameters the φ-free fit holds, ``LawFit.held``, stay held at its values in every refit);
-    ``bootstrap_ci`` is the bootstrap's φ CI to compare with. Returns the document of
-    ``Protocol.profile``: method, phi (grid), objective (½·RSS of the least-squares refit at each φ),
-    deviance, threshold, level, interval [lo, hi] (None for an open end), open [lo, hi], phi_hat (the
-    least-squares φ), rss_min, n_runs, disjoint, agrees_with_bootstrap, disagreement.
+    ``bootstrap_ci`` is the bootstrap's φ CI to compare with (``present.identification.profile_method``
+    says how the interval was made).
     """
     with single_blas_thread():
         return _profile_phi(table, fits, bootstrap_ci, restarts, points, seed, level)
 
 
-def _profile_phi(table, fits, bootstrap_ci, restarts, points, seed, level) -> dict:
+def _profile_phi(table, fits, bootstrap_ci, restarts, points, seed, level) -> ProfileResult:
     design = dataclasses.replace(design_for(table, plain=False), delta=math.inf)
     rng = np.random.default_rng(seed + 7919)
     warm = np.stack([f.theta for f in fits])
@@ -246,25 +240,22 @@ def _profile_phi(table, fits, bootstrap_ci, restarts, points, seed, level) -> di
     disjoint = bool(hull.size and not below[hull.min() : hull.max() + 1].all())
     best = int(np.argmin(prof.objective))
     phi_hat = float(theta_ls[PHI]) if f_ls <= prof.objective[best] else float(prof.phi[best])
-    open_ends = [ends[0] is None, ends[1] is None]
     agrees, disagreement = compare_intervals(ends, bootstrap_ci, level)
-    return {
-        "method": METHOD,
-        "phi": prof.phi.tolist(),
-        "objective": prof.objective.tolist(),
-        "objective_kind": "least squares: 0.5 * sum of squared log-loss residuals",
-        "deviance": dev.tolist(),
-        "threshold": threshold,
-        "level": level,
-        "interval": ends,
-        "open": open_ends,
-        "phi_hat": phi_hat,
-        "rss_min": rss_min,
-        "n_runs": len(table),
-        "disjoint": disjoint,
-        "agrees_with_bootstrap": agrees,
-        "disagreement": disagreement,
-    }
+    return ProfileResult(
+        phi=tuple(prof.phi.tolist()),
+        objective=tuple(prof.objective.tolist()),
+        deviance=tuple(dev.tolist()),
+        threshold=threshold,
+        level=level,
+        interval=(ends[0], ends[1]),
+        open=(ends[0] is None, ends[1] is None),
+        phi_hat=phi_hat,
+        rss_min=rss_min,
+        n_runs=len(table),
+        disjoint=disjoint,
+        agrees_with_bootstrap=agrees,
+        disagreement=disagreement,
+    )
 
 
 def _brackets(phi: np.ndarray, dev: np.ndarray, threshold: float) -> dict[int, tuple[float, float]]:
@@ -282,9 +273,10 @@ def _brackets(phi: np.ndarray, dev: np.ndarray, threshold: float) -> dict[int, t
 
 
 def compare_intervals(
-    profile: list[float | None], bootstrap: list[float] | None, level: float = PROFILE_LEVEL
-) -> tuple[bool | None, str | None]:
-    """Do the profile interval and the bootstrap CI agree? → (agrees, sentence when they do not).
+    profile, bootstrap, level: float = PROFILE_LEVEL
+) -> tuple[bool | None, IntervalDisagreement | None]:
+    """Do the profile interval [lo, hi] (an end None: open) and the bootstrap CI [lo, hi] agree? →
+    (agrees, how they disagree when they do not).
 
     A bootstrap CI end within 1e-6 of the box edge counts as open. They disagree when one is open at an
     end where the other is closed, or when a closed end differs by more than a quarter of the wider
@@ -297,30 +289,17 @@ def compare_intervals(
     b_open = [bootstrap[0] - edges[0] <= BOUND_TOL, edges[1] - bootstrap[1] <= BOUND_TOL]
     p = [edges[0] if profile[0] is None else profile[0], edges[1] if profile[1] is None else profile[1]]
     p_open = [profile[0] is None, profile[1] is None]
-    pct = f"{100 * level:.0f}%"
-    b_txt = f"the {pct} bootstrap CI [{bootstrap[0]:.3f}, {bootstrap[1]:.3f}]"
-    p_txt = f"the {pct} profile interval [{_end(profile[0])}, {_end(profile[1])}]"
+    intervals = dict(bootstrap=(bootstrap[0], bootstrap[1]), profile=(profile[0], profile[1]), level=level)
     for side, name in ((0, "lower"), (1, "upper")):
         if b_open[side] != p_open[side]:
-            which, other = (p_txt, b_txt) if p_open[side] else (b_txt, p_txt)
-            return False, (
-                f"{which[0].upper() + which[1:]} is open at its {name} end (it reaches the edge of the fit "
-                f"box) while {other} is not, so the two methods disagree on whether φ is bounded there."
-            )
+            which = "profile" if p_open[side] else "bootstrap"
+            return False, IntervalDisagreement("open_end", (name,), open_one=which, **intervals)
     width = max(p[1] - p[0], bootstrap[1] - bootstrap[0])
-    off = [
+    off = tuple(
         name
         for side, name in ((0, "lower"), (1, "upper"))
         if not p_open[side] and abs(p[side] - bootstrap[side]) > max(AGREE_FRACTION * width, AGREE_FLOOR)
-    ]
+    )
     if not off:
         return True, None
-    return False, (
-        f"{b_txt[0].upper() + b_txt[1:]} and {p_txt} differ at the {' and '.join(off)} end by more than a "
-        "quarter of the wider one's width: the bootstrap resamples whole (budget, r) cells and so also "
-        "counts misfit shared within a cell, while the profile assumes independent Gaussian errors."
-    )
-
-
-def _end(x: float | None) -> str:
-    return "open" if x is None else f"{x:.3f}"
+    return False, IntervalDisagreement("ends_differ", off, **intervals)

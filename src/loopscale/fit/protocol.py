@@ -11,6 +11,7 @@ reproduce the runs' sizes) are left out with a note in ``notes``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -28,13 +29,31 @@ from loopscale.fit.analyses import (
     residual_stats,
 )
 from loopscale.fit.bootstrap import BOOTSTRAP_RESTARTS, bootstrap_fit, random_effects_bootstrap
-from loopscale.fit.diagnostics import diagnose
+from loopscale.fit.diagnostics import diagnose, diagnosis
 from loopscale.fit.fitter import LawFit, fit_law
 from loopscale.fit.law import EXTENSIONS, FORMS, HUBER_DELTA, LOWER, PHI, UPPER
 from loopscale.fit.lawcheck import check_law
 from loopscale.fit.priors import NO_LAW_CHECK, Held, fixed_settings
-from loopscale.fit.profile import profile_phi
-from loopscale.fit.results import LawCheck, read_law_check
+from loopscale.fit.profile import compare_intervals, profile_phi
+from loopscale.fit.protocol_results import (
+    BoundsFound,
+    CellBootstrap,
+    CellGap,
+    CellMinimum,
+    Diagnostics,
+    FitSummary,
+    Frontier,
+    FrontierEntry,
+    IdentificationChecks,
+    LoopWorth,
+    ProfileResult,
+    ProtocolResult,
+    ProtocolSettings,
+    RandomEffectsBootstrap,
+    Residuals,
+    TableSummary,
+)
+from loopscale.fit.results import SCHEMA_VERSION, LawCheck, RecordError, read_law_check
 from loopscale.fit.table import RunTable
 from loopscale.fit.template import PAPER_SOURCE, template_mismatch
 from loopscale.progress import progress_bar
@@ -44,38 +63,40 @@ TOP_KEYS = ("E", "A", "B", "alpha", "beta", "phi")
 
 @dataclass
 class Protocol:
-    """Everything ``run_protocol`` computed; ``to_dict()`` is the ``loopscale fit --json`` document."""
+    """Everything ``run_protocol`` computed; ``to_dict()`` is the ``loopscale fit --json`` document
+    (fit.json), ``result()`` that document as the report reads it (``fit.protocol_results.ProtocolResult``).
+    """
 
     fit: LawFit  # the requested law; its bootstrap gives ``ci``
     forms: dict[str, LawFit]  # every joint form fitted: "joint", "phi=0", "phi=1", "phi=<x>"
     per_r: dict[str, LawFit]  # plain Chinchilla law per loop count
-    residuals: dict
-    bootstrap: dict | None
+    residuals: Residuals
+    bootstrap: CellBootstrap | None
     budget_halves: dict[str, LawFit]
-    loop_worth: list[dict]
-    compute_optimal: dict | None  # frontier of the fitted law, per r
-    compute_optimal_per_r_law: dict | None  # each r's frontier from its own per-r Chinchilla fit (§8.7)
-    cell_minima: list[dict]
+    loop_worth: tuple[LoopWorth, ...]
+    compute_optimal: Frontier | None  # frontier of the fitted law, per r
+    compute_optimal_per_r_law: dict[str, FrontierEntry] | None  # each r's from its own Chinchilla fit (§8.7)
+    cell_minima: tuple[CellMinimum, ...]
     table_summary: dict
     settings: dict
+    diagnostics: Diagnostics  # fit.diagnostics.diagnose: at_bound, phi_identified, …
     notes: list[str] = field(default_factory=list)
-    diagnostics: dict = field(default_factory=dict)  # fit.diagnostics.diagnose: at_bound, phi_identified, …
-    profile: dict | None = None  # fit.profile.profile_phi: profile-likelihood interval for φ
-    interval: dict | None = None  # fit.bootstrap.random_effects_bootstrap: the reported CIs (``ci``)
+    profile: ProfileResult | None = None  # fit.profile.profile_phi: profile-likelihood interval for φ
+    interval: RandomEffectsBootstrap | None = None  # the reported CIs (``ci``)
     law_check: LawCheck | None = None  # fit.lawcheck.check_law: does the paper's law hold on these runs?
 
     @property
-    def ci(self) -> dict[str, list[float]]:
+    def ci(self) -> dict[str, tuple[float, float]]:
         """The reported CIs: the random-effects bootstrap's where it ran from a fit inside the box; else the
         cell bootstrap's, with φ's the wider of the cell bootstrap's and the profile's (``ci_method``)."""
         if self.interval is not None and not self.fit.at_bound:
-            return self.interval["ci"]
+            return self.interval.ci
         if self.bootstrap is None:
             return {}
-        ci = dict(self.bootstrap["ci"])
+        ci = dict(self.bootstrap.ci)
         if self.ci_method == "profile":
-            lo, hi = self.profile["interval"]
-            ci["phi"] = [LOWER[PHI] if lo is None else lo, UPPER[PHI] if hi is None else hi]
+            lo, hi = self.profile.interval
+            ci["phi"] = (LOWER[PHI] if lo is None else lo, UPPER[PHI] if hi is None else hi)
         return ci
 
     @property
@@ -85,97 +106,122 @@ class Protocol:
             return "random_effects_bootstrap"
         if self.bootstrap is None:
             return None
-        if self.interval is not None and self.profile is not None and "phi" in self.bootstrap["ci"]:
+        if self.interval is not None and self.profile is not None and "phi" in self.bootstrap.ci:
             # the fit the random-effects bootstrap simulates from sits on a bound: the wider of the others
-            lo, hi = self.profile["interval"]
+            lo, hi = self.profile.interval
             width = (UPPER[PHI] if hi is None else hi) - (LOWER[PHI] if lo is None else lo)
-            cell = self.bootstrap["ci"]["phi"]
+            cell = self.bootstrap.ci["phi"]
             if width > cell[1] - cell[0]:
                 return "profile"
         return "cell_bootstrap"
 
-    def secondary_intervals(self) -> dict[str, list | None]:
+    def secondary_intervals(self) -> dict[str, tuple | None]:
         """φ's other intervals, beside ``ci.phi``: the cell bootstrap's and the profile's."""
-        out: dict[str, list | None] = {}
-        if self.bootstrap is not None and "phi" in self.bootstrap["ci"]:
-            out["cell_bootstrap"] = self.bootstrap["ci"]["phi"]
-        if self.interval is not None and "phi" in self.interval["ci"]:
-            out["random_effects_bootstrap"] = self.interval["ci"]["phi"]
+        out: dict[str, tuple | None] = {}
+        if self.bootstrap is not None and "phi" in self.bootstrap.ci:
+            out["cell_bootstrap"] = self.bootstrap.ci["phi"]
+        if self.interval is not None and "phi" in self.interval.ci:
+            out["random_effects_bootstrap"] = self.interval.ci["phi"]
         if self.profile is not None:
-            out["profile"] = self.profile["interval"]
+            out["profile"] = self.profile.interval
         return out
 
     def to_dict(self) -> dict:
-        keys = (*TOP_KEYS, "ext")
-        ci = {k: v for k, v in self.ci.items() if k in keys}
-        boot = None
-        if self.bootstrap is not None:
-            boot = {k: v for k, v in self.bootstrap.items() if k != "samples"}
-            boot["samples"] = {k: v.tolist() for k, v in self.bootstrap["samples"].items()}
-        interval = None
-        if self.interval is not None:
-            interval = {k: v for k, v in self.interval.items() if k != "samples"}
-            interval["samples"] = (
-                {"phi": self.interval["samples"]["phi"].tolist()}
-                if "phi" in (self.interval["samples"])
-                else {}
-            )
-        return {
-            "law_check": None if self.law_check is None else self.law_check.to_dict(),
-            "form": self.fit.law_form,
-            "fit": self.fit.to_dict(),
-            "ci": ci,
-            "ci_method": self.ci_method,
-            "ci_secondary": self.secondary_intervals(),
-            "random_effects_bootstrap": interval,
-            "forms": {k: v.to_dict() for k, v in self.forms.items()},
-            "per_r": {k: v.to_dict() for k, v in self.per_r.items()},
-            "residuals": self.residuals,
-            "bootstrap": boot,
-            "budget_halves": {k: v.to_dict() for k, v in self.budget_halves.items()},
-            "loop_worth": self.loop_worth,
-            "compute_optimal": self.compute_optimal,
-            "compute_optimal_per_r_law": self.compute_optimal_per_r_law,
-            "cell_minima": self.cell_minima,
-            "cell_gaps": cell_gaps(self.cell_minima),
-            "table": self.table_summary,
-            "settings": self.settings,
-            "notes": self.notes,
-            "diagnostics": self.diagnostics,
-            "profile": self.profile,
-        }
+        return self.result().to_dict()
 
-    @classmethod
-    def from_dict(cls, doc: dict) -> Protocol:
-        """The protocol ``to_dict`` wrote (fit.json), for rendering it again without refitting: fits rebuilt
-        from their coefficients, bootstrap samples as arrays, the law check read through its reader."""
-        fits = {k: LawFit.from_dict(v) for k, v in doc["forms"].items()}
-        return cls(
-            fit=LawFit.from_dict(doc["fit"]),
-            forms=fits,
-            per_r={k: LawFit.from_dict(v) for k, v in doc["per_r"].items()},
-            residuals=doc["residuals"],
-            bootstrap=_with_sample_arrays(doc["bootstrap"]),
-            budget_halves={k: LawFit.from_dict(v) for k, v in doc["budget_halves"].items()},
-            loop_worth=doc["loop_worth"],
-            compute_optimal=doc["compute_optimal"],
-            compute_optimal_per_r_law=doc["compute_optimal_per_r_law"],
-            cell_minima=doc["cell_minima"],
-            table_summary=doc["table"],
-            settings=doc["settings"],
-            notes=list(doc["notes"]),
-            diagnostics=doc["diagnostics"],
-            profile=doc["profile"],
-            interval=_with_sample_arrays(doc["random_effects_bootstrap"]),
-            law_check=None if not doc.get("law_check") else read_law_check(doc["law_check"]),
+    def result(self) -> ProtocolResult:
+        """The document as the report reads it (``to_dict`` writes it)."""
+        interval = self.interval
+        if interval is not None:  # φ's draws alone: the other coefficients' are in the cell bootstrap
+            interval = dataclasses.replace(
+                interval, samples={k: v for k, v in interval.samples.items() if k == "phi"}
+            )
+        keys = (*TOP_KEYS, "ext")
+
+        def fits(table: dict[str, LawFit]) -> dict[str, FitSummary]:
+            return {k: FitSummary.from_dict(f.to_dict(), k) for k, f in table.items()}
+
+        return ProtocolResult(
+            law_check=self.law_check,
+            form=self.fit.law_form,
+            fit=FitSummary.from_dict(self.fit.to_dict(), "fit"),
+            ci={k: v for k, v in self.ci.items() if k in keys},
+            ci_method=self.ci_method,
+            ci_secondary=self.secondary_intervals(),
+            random_effects_bootstrap=interval,
+            forms=fits(self.forms),
+            per_r=fits(self.per_r),
+            residuals=self.residuals,
+            bootstrap=self.bootstrap,
+            budget_halves=fits(self.budget_halves),
+            loop_worth=self.loop_worth,
+            compute_optimal=self.compute_optimal,
+            compute_optimal_per_r_law=self.compute_optimal_per_r_law,
+            cell_minima=self.cell_minima,
+            cell_gaps=tuple(CellGap.from_dict(row) for row in cell_gaps(self.cell_minima)),
+            table=TableSummary.from_dict(self.table_summary, "table"),
+            settings=ProtocolSettings.from_dict(self.settings, "settings"),
+            notes=tuple(self.notes),
+            diagnostics=self.diagnostics,
+            profile=self.profile,
+            schema=SCHEMA_VERSION,
         )
 
 
-def _with_sample_arrays(bootstrap):
-    """A bootstrap's document with its samples as arrays (as ``run_protocol`` holds them); None stays."""
-    if bootstrap is None:
-        return None
-    return {**bootstrap, "samples": {k: np.asarray(v) for k, v in (bootstrap.get("samples") or {}).items()}}
+def _primary(fit_at_bound, bootstrap, interval):
+    """The bootstrap ``ci.phi``'s identification rests on: the cell bootstrap's when the fit sits on a bound
+    (the random-effects bootstrap simulates from that fit), else the random-effects one where it ran."""
+    return bootstrap if fit_at_bound else (interval or bootstrap)
+
+
+def read_protocol(doc: dict) -> ProtocolResult:
+    """fit.json as the report reads it: the current form as it is; a document written before the protocol's
+    records (no "schema") converted: its sentences (the diagnostics' verdict, reasons and objective note, the
+    profile's and the random-effects bootstrap's method, the profile's disagreement) dropped, and the codes
+    and numbers they stated recomputed from the fits, intervals and bound shares the document holds."""
+    if "schema" in doc:
+        return ProtocolResult.from_dict(doc)
+    old = doc["diagnostics"]
+    boot = None if doc["bootstrap"] is None else CellBootstrap.from_dict(doc["bootstrap"], "bootstrap")
+    interval = doc["random_effects_bootstrap"]
+    if interval is not None:
+        interval = RandomEffectsBootstrap.from_dict(_without(interval, "method"), "random_effects_bootstrap")
+    main = LawFit.from_dict(doc["fit"])
+    forms = {k: LawFit.from_dict(v) for k, v in doc["forms"].items()}
+    primary = _primary(main.at_bound, boot, interval)
+    profile = doc["profile"]
+    if profile is not None:
+        profile = {**_without(profile, "method", "objective_kind"), "disagreement": None}
+        profile = ProfileResult.from_dict(profile, "profile")
+        boot_ci = primary.ci["phi"] if primary is not None and main.form == "joint" else None
+        agrees, disagreement = compare_intervals(profile.interval, boot_ci, profile.level)
+        if agrees is not profile.agrees_with_bootstrap:
+            raise RecordError("profile: agrees_with_bootstrap does not follow from its intervals")
+        profile = dataclasses.replace(profile, disagreement=disagreement)
+    diag = diagnosis(main, forms, primary, profile, old["at_bound"]["bootstrap_share"])
+    if diag.phi_identified is not old["phi_identified"]:
+        raise RecordError("diagnostics: phi_identified does not follow from the fits and intervals")
+    diag = dataclasses.replace(
+        diag,
+        at_bound=BoundsFound.from_dict(old["at_bound"], "diagnostics.at_bound"),
+        checks=IdentificationChecks.from_dict(old["checks"], "diagnostics.checks"),
+    )
+    check = None if not doc.get("law_check") else read_law_check(doc["law_check"])
+    return ProtocolResult.from_dict(
+        {
+            **doc,
+            "law_check": check,
+            "bootstrap": boot,
+            "random_effects_bootstrap": interval,
+            "profile": profile,
+            "diagnostics": diag,
+            "schema": SCHEMA_VERSION,
+        }
+    )
+
+
+def _without(data: dict, *keys: str) -> dict:
+    return {k: v for k, v in data.items() if k not in keys}
 
 
 def run_protocol(
@@ -289,13 +335,13 @@ def run_protocol(
             with progress_bar(bootstrap, "random-effects bootstrap", "refit") as advance:
                 interval = random_effects_bootstrap(main, table, advance=advance, **refits)
     prof = None
-    primary = boot if main.at_bound else (interval or boot)  # the interval ``ci.phi`` will report
-    if law == "joint" and profile and diagnose(main, forms, primary, None)["phi_identified"] is False:
+    primary = _primary(main.at_bound, boot, interval)  # the interval ``ci.phi`` will report
+    if law == "joint" and profile and diagnose(main, forms, primary, None).phi_identified is False:
         # the profile would only add a reason to a verdict already reached, at the cost of a scan over φ
         # on a flat objective (70 s of the demo's 100 s of fitting)
         notes.append("no profile interval: φ is not identified by the point fit and bootstrap alone")
     elif law == "joint" and profile:
-        boot_ci = primary["ci"]["phi"] if primary is not None and main.form == "joint" else None
+        boot_ci = primary.ci["phi"] if primary is not None and main.form == "joint" else None
         warm = [forms["joint"], *(f for k, f in forms.items() if k != "joint")]
         with progress_bar(None, "profile", "step"):
             prof = profile_phi(table, warm, bootstrap_ci=boot_ci, seed=seed)
@@ -343,9 +389,9 @@ def run_protocol(
             frontier = compute_optimal(
                 main.coefficients, budgets, rs, template, split, extension=ext, **sizes
             )
-            frontier["form"] = main.law_form
+            frontier = dataclasses.replace(frontier, form=main.law_form)
             frontier_per_r_law = {
-                r: compute_optimal(f.coefficients, budgets, [int(r)], template, split, **sizes)["per_r"][r]
+                r: compute_optimal(f.coefficients, budgets, [int(r)], template, split, **sizes).per_r[r]
                 for r, f in per_r.items()
             }
         except UserError as exc:
@@ -395,26 +441,26 @@ def run_protocol(
     )
 
 
-def _loops_worth(fit: LawFit, rs: list[int], budgets: list[float]) -> list[dict]:
+def _loops_worth(fit: LawFit, rs: list[int], budgets: list[float]) -> tuple[LoopWorth, ...]:
     """What r loops are worth (r^φ unique blocks) under ``fit``'s form, each row saying which form.
 
     phi-trend-c: one row per (r, budget), φ at that budget; phi-trend-n: φ at the table's centre size
     (N_unrolled = 10^ext_ref); the paper's law and e-per-r: one φ.
     """
     if fit.phi is None:
-        return []
+        return ()
     rows = []
     for r in (r for r in rs if r > 1):
         if fit.extension == "phi-trend-c":
             for c in budgets:
                 phi = fit.phi + fit.coefficients["ext"] * (math.log10(c) - fit.ext_ref)
-                rows.append({**loop_worth(r, phi), "phi": phi, "budget": c, "form": fit.law_form})
+                rows.append(dataclasses.replace(loop_worth(r, phi), phi=phi, budget=c, form=fit.law_form))
         else:
-            row = {**loop_worth(r, fit.phi), "phi": fit.phi, "form": fit.law_form}
-            if fit.extension == "phi-trend-n":
-                row["at_n_unrolled"] = 10**fit.ext_ref
-            rows.append(row)
-    return rows
+            at = 10**fit.ext_ref if fit.extension == "phi-trend-n" else None
+            rows.append(
+                dataclasses.replace(loop_worth(r, fit.phi), phi=fit.phi, form=fit.law_form, at_n_unrolled=at)
+            )
+    return tuple(rows)
 
 
 def _budget_halves(table, law, fix_phi, restarts, seed, notes, held=None) -> dict[str, LawFit]:

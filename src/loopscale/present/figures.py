@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from loopscale.fit.labels import flops_label
-from loopscale.fit.results import law_check_in
+from loopscale.fit.protocol_results import ProtocolResult
 from loopscale.paper import JOINT_FIT
 from loopscale.present.plot_axes import no_data_note, panel_grid
 
@@ -39,13 +39,13 @@ def save_figure(fig, stem: Path) -> Path:
     return stem.with_suffix(".png")
 
 
-def phi_per_budget_figure(doc, stem: Path) -> Path | None:
+def phi_per_budget_figure(doc: ProtocolResult, stem: Path) -> Path | None:
     """φ refitted per budget (points, with their CIs) and per half of the budgets (segments) against the
     constant-φ fit's φ (line) and its reported interval (band), with the paper's φ dashed: drift is seen,
     not read. None without per-budget refits (fit.json ``law_check.per_budget_phi``)."""
-    check = law_check_in(doc, "fit.json")
+    check = doc.law_check
     rows = [] if check is None else [row for row in check.per_budget_phi if row.phi is not None]
-    phi = doc["fit"].get("phi")
+    phi = doc.fit.phi
     if not rows or phi is None:
         return None
     import matplotlib
@@ -58,10 +58,10 @@ def phi_per_budget_figure(doc, stem: Path) -> Path | None:
     est = np.array([row.phi for row in rows])
     ci = [row.ci or (v, v) for row, v in zip(rows, est)]
     lo, hi = np.array([c[0] for c in ci]), np.array([c[1] for c in ci])
-    interval = doc["ci"].get("phi")
+    interval = doc.phi_ci
     if interval and None not in interval:
         ax.axhspan(*interval, color="tab:blue", alpha=0.15, label="constant-φ fit, its interval")
-    unidentified = doc["diagnostics"].get("phi_identified") is False
+    unidentified = doc.phi_identified is False
     what = "point fit, not identified" if unidentified else "φ"
     ax.axhline(phi, color="tab:blue", lw=1.5, label=f"constant-φ fit: {what} = {phi:.3f}")
     ax.axhline(JOINT_FIT["phi"], color="tab:red", ls="--", lw=1.0, label=f"paper: φ = {JOINT_FIT['phi']}")

@@ -1,26 +1,28 @@
 """The text report of a fit (``loopscale fit``'s output and the report's "Full fit output"): every form,
-the CIs, residuals per r, budget halves, frontier and the law check, from a ``fit.protocol.Protocol``."""
+the CIs, residuals per r, budget halves, frontier and the law check, from a
+``fit.protocol_results.ProtocolResult``."""
 
 from __future__ import annotations
 
-from loopscale.fit.fitter import LawFit
 from loopscale.fit.labels import bptt_text
 from loopscale.fit.priors import fixed_lines
-from loopscale.fit.protocol import TOP_KEYS, Protocol
+from loopscale.fit.protocol_results import FitSummary, ProtocolResult
 from loopscale.fit.results import LawCheck
+from loopscale.present.identification import (
+    disagreement_text,
+    identification_reasons,
+    identification_verdict,
+    objective_note,
+)
 from loopscale.present.law_check import law_headline, power_text
 from loopscale.present.numbers import end_ranges, interval
 
 
-def fit_document_text(doc: dict) -> str:
-    """``protocol_text`` of a saved fit (fit.json), rebuilt without refitting."""
-    return protocol_text(Protocol.from_dict(doc))
-
-
-def protocol_text(protocol: Protocol) -> str:
+def protocol_text(protocol: ProtocolResult) -> str:
     """A readable text report: every form, the CIs, residuals per r, budget halves, frontier."""
     lines = []
     check = protocol.law_check
+    diag = protocol.diagnostics
     if check is not None and check.verdict == "rejected":
         lines += [law_headline(check)]
         per_budget = [row for row in check.per_budget_phi if row.phi is not None]
@@ -39,11 +41,12 @@ def protocol_text(protocol: Protocol) -> str:
         lines.append("")
     else:  # identifiability first (is φ pinned down?), then whether the law was checked and holds
         headline = None if check is None else law_headline(check)
-        lines += [line for line in (protocol.diagnostics.get("verdict"), headline) if line]
+        lines += [line for line in (identification_verdict(diag), headline) if line]
         lines.append("")
+    table = protocol.table
     lines += [
-        f"{len(fit_rows(protocol))} fits on {protocol.table_summary['n_runs']} runs "
-        f"(r = {protocol.table_summary['r']}, {len(protocol.table_summary['budgets'])} budgets); "
+        f"{len(fit_rows(protocol))} fits on {table.n_runs} runs "
+        f"(r = {list(table.r)}, {len(table.budgets)} budgets); "
         f"losses in nats, objective = summed Huber(δ=1e-3) on log loss"
     ]
     header = (
@@ -58,129 +61,125 @@ def protocol_text(protocol: Protocol) -> str:
             f"{f.objective:12.4e}{f.r2:8.4f}{f.grad_norm:10.1e}"
             + (f"  at bound: {', '.join(f.at_bound)}" if f.at_bound else "")
         )
-    if protocol.diagnostics.get("objective_note"):
-        lines.append(f"objective vs R2: {protocol.diagnostics['objective_note']}")
-    lines += fixed_lines(protocol.settings.get("fixed") or {}, protocol.settings.get("prior"))
+    lines.append(f"objective vs R2: {objective_note(diag.ranking)}")
+    lines += fixed_lines(protocol.settings.fixed or {}, protocol.settings.prior)
     phi_line = phi_intervals_line(protocol)
     if phi_line:
         lines += ["", phi_line]
-        if protocol.profile is not None and protocol.profile.get("disagreement"):
-            lines.append(f"  {protocol.profile['disagreement']}")
-    if protocol.diagnostics.get("reasons"):
-        lines.append("flags: " + "; ".join(protocol.diagnostics["reasons"]))
+        if protocol.profile is not None and protocol.profile.disagreement is not None:
+            lines.append(f"  {disagreement_text(protocol.profile.disagreement)}")
+    reasons = identification_reasons(diag)
+    if reasons:
+        lines.append("flags: " + "; ".join(reasons))
     if protocol.ci:
-        if protocol.interval is not None:
-            b = protocol.interval
-            comps = ", ".join(f"{k} {v:.4f}" for k, v in b["components"].items())
+        if protocol.random_effects_bootstrap is not None:
+            b = protocol.random_effects_bootstrap
+            comps = ", ".join(f"{k} {v:.4f}" for k, v in b.components.items())
             lines += [
                 "",
-                f"{100 * b['level']:.0f}% CIs: random-effects parametric bootstrap ({b['resamples']} "
+                f"{100 * b.level:.0f}% CIs: random-effects parametric bootstrap ({b.resamples} "
                 f"simulated tables; error sd in log loss: {comps}):",
             ]
         else:
             b = protocol.bootstrap
             lines += [
                 "",
-                f"{100 * b['level']:.0f}% block-bootstrap CIs ({b['resamples']} resamples of "
-                f"{b['cells']} cells, percentile):",
+                f"{100 * b.level:.0f}% block-bootstrap CIs ({b.resamples} resamples of "
+                f"{b.cells} cells, percentile):",
             ]
-        keys = (*TOP_KEYS, "ext")
-        lines += [f"  {k:<6} [{lo:.4g}, {hi:.4g}]" for k, (lo, hi) in protocol.ci.items() if k in keys]
+        lines += [f"  {k:<6} [{lo:.4g}, {hi:.4g}]" for k, (lo, hi) in protocol.ci.items()]
     lines += [
         "",
         "residuals of the fit (observed - predicted, nats):",
         f"  {'r':<8}{'n':>4}{'mean':>9}{'max|res|':>10}{'RMSE':>8}",
     ]
-    for key, s in [("all", protocol.residuals["overall"]), *protocol.residuals["per_r"].items()]:
-        lines.append(f"  {key:<8}{s['n']:>4}{s['mean']:>+9.4f}{s['max_abs']:>10.4f}{s['rmse']:>8.4f}")
+    for key, s in [("all", protocol.residuals.overall), *protocol.residuals.per_r.items()]:
+        lines.append(f"  {key:<8}{s.n:>4}{s.mean:>+9.4f}{s.max_abs:>10.4f}{s.rmse:>8.4f}")
     if protocol.loop_worth:
-        caveat = (
-            " [phi not identified: not a finding]"
-            if protocol.diagnostics.get("phi_identified") is False
-            else ""
-        )
+        caveat = " [phi not identified: not a finding]" if diag.phi_identified is False else ""
         lines += [
             "",
             f"worth of r loops (r^phi unique blocks){caveat}: "
-            + ", ".join(
-                f"r={w['r']}: {w['worth']:.3f} ({100 * w['fraction']:.0f}%)" for w in protocol.loop_worth
-            ),
+            + ", ".join(f"r={w.r}: {w.worth:.3f} ({100 * w.fraction:.0f}%)" for w in protocol.loop_worth),
         ]
     if protocol.compute_optimal:
-        flops = bptt_text(protocol.compute_optimal.get("bptt_k"), protocol.compute_optimal["per_r"])
-        head = f"compute-optimal frontier (fitted law, exact FLOPs over continuous width; {flops}):"
-        lines += ["", head]
-        for r, e in protocol.compute_optimal["per_r"].items():
-            gaps = e.get("gap_to_r1")
-            gap = f", gap to r=1 {min(gaps):+.3f}..{max(gaps):+.3f}" if gaps and r != "1" else ""
-            exps = f"a_N {e['a_N']:.3f}, a_D {e['a_D']:.3f}" if "a_N" in e else ""
-            own = (protocol.compute_optimal_per_r_law or {}).get(r, {})
-            if "a_N" in own:
-                exps += f" (own per-r law: a_N {own['a_N']:.3f}, a_D {own['a_D']:.3f})"
-            lines.append(f"  r={r}: {exps}{gap}")
-        outside = [
-            f"r={r} C={row['budget']:.3g}"
-            for r, e in protocol.compute_optimal["per_r"].items()
-            for row in e["rows"]
-            if row.get("within_widths_run") is False
-        ]
-        rows = [row for e in protocol.compute_optimal["per_r"].values() for row in e["rows"]]
-        at_edge = sum(bool(row.get("at_edge")) for row in rows)
-        if at_edge:
-            lines.append(
-                f"  {at_edge} of {len(rows)} optima sit on the edge of the width search (one head, or "
-                "65,536): the fitted law has no interior optimum there, so their a_N, a_D mean little"
-            )
-        if outside:
-            lines.append(
-                f"  {len(outside)} of the optima lie outside the widths run (extrapolated): "
-                + ", ".join(outside[:6])
-                + (" …" if len(outside) > 6 else "")
-            )
+        lines += ["", *_frontier_lines(protocol)]
     if check is not None and check.verdict != "untestable":
         lines += ["", *law_check_lines(check)]
-    template = protocol.settings.get("template")
-    if template:
-        lines.append(f"architecture template: {template['source']}")
+    lines.append(f"architecture template: {protocol.settings.template.source}")
     lines += [f"note: {n}" for n in protocol.notes]
     return "\n".join(lines)
 
 
-def phi_intervals_line(protocol: Protocol) -> str | None:
+def _frontier_lines(protocol: ProtocolResult) -> list[str]:
+    """The compute-optimal frontier: each r's scaling exponents, gaps to r = 1 and the optima that are
+    extrapolations (on the edge of the width search or outside the widths run)."""
+    frontier = protocol.compute_optimal
+    flops = bptt_text(frontier.bptt_k, frontier.per_r)
+    lines = [f"compute-optimal frontier (fitted law, exact FLOPs over continuous width; {flops}):"]
+    for r, e in frontier.per_r.items():
+        gaps = e.gap_to_r1
+        gap = f", gap to r=1 {min(gaps):+.3f}..{max(gaps):+.3f}" if gaps and r != "1" else ""
+        exps = f"a_N {e.a_N:.3f}, a_D {e.a_D:.3f}" if e.a_N is not None else ""
+        own = (protocol.compute_optimal_per_r_law or {}).get(r)
+        if own is not None and own.a_N is not None:
+            exps += f" (own per-r law: a_N {own.a_N:.3f}, a_D {own.a_D:.3f})"
+        lines.append(f"  r={r}: {exps}{gap}")
+    outside = [
+        f"r={r} C={row.budget:.3g}"
+        for r, e in frontier.per_r.items()
+        for row in e.rows
+        if row.within_widths_run is False
+    ]
+    rows = [row for e in frontier.per_r.values() for row in e.rows]
+    at_edge = sum(row.at_edge for row in rows)
+    if at_edge:
+        lines.append(
+            f"  {at_edge} of {len(rows)} optima sit on the edge of the width search (one head, or "
+            "65,536): the fitted law has no interior optimum there, so their a_N, a_D mean little"
+        )
+    if outside:
+        lines.append(
+            f"  {len(outside)} of the optima lie outside the widths run (extrapolated): "
+            + ", ".join(outside[:6])
+            + (" …" if len(outside) > 6 else "")
+        )
+    return lines
+
+
+def phi_intervals_line(protocol: ProtocolResult) -> str | None:
     """φ with its reported CI (random-effects bootstrap), the cell bootstrap's and the profile interval
     side by side (None for the plain law)."""
     joint = protocol.forms.get("joint")
     if joint is None:
         return None
     parts = [f"phi = {joint.phi:.4f}"]
-    if protocol.fit.form == "joint" and protocol.interval is not None and "phi" in protocol.interval["ci"]:
-        lo, hi = protocol.interval["ci"]["phi"]
-        parts.append(
-            f"{100 * protocol.interval['level']:.0f}% CI [{lo:.4f}, {hi:.4f}] (random-effects bootstrap)"
-        )
-    if protocol.fit.form == "joint" and protocol.bootstrap is not None and "phi" in protocol.bootstrap["ci"]:
-        lo, hi = protocol.bootstrap["ci"]["phi"]
+    joint_main = protocol.fit.form == "joint"
+    interval_re, boot, prof = protocol.random_effects_bootstrap, protocol.bootstrap, protocol.profile
+    if joint_main and interval_re is not None and "phi" in interval_re.ci:
+        lo, hi = interval_re.ci["phi"]
+        parts.append(f"{100 * interval_re.level:.0f}% CI [{lo:.4f}, {hi:.4f}] (random-effects bootstrap)")
+    if joint_main and boot is not None and "phi" in boot.ci:
+        lo, hi = boot.ci["phi"]
         parts.append(f"cell bootstrap [{lo:.4f}, {hi:.4f}]")
-    elif protocol.interval is None:
+    elif interval_re is None:
         parts.append("bootstrap CI: none")
-    if protocol.profile is not None:
-        ends = ["open" if x is None else f"{x:.4f}" for x in protocol.profile["interval"]]
+    if prof is not None:
+        ends = ["open" if x is None else f"{x:.4f}" for x in prof.interval]
         parts.append(
-            f"{100 * protocol.profile['level']:.0f}% profile interval [{ends[0]}, {ends[1]}] "
-            f"(least-squares phi {protocol.profile['phi_hat']:.4f})"
+            f"{100 * prof.level:.0f}% profile interval [{ends[0]}, {ends[1]}] "
+            f"(least-squares phi {prof.phi_hat:.4f})"
         )
-        agree = protocol.profile.get("agrees_with_bootstrap")
-        if agree is not None:
-            parts.append("intervals agree" if agree else "intervals DISAGREE")
+        if prof.agrees_with_bootstrap is not None:
+            parts.append("intervals agree" if prof.agrees_with_bootstrap else "intervals DISAGREE")
     else:
         parts.append("profile: not computed")
-    identified = protocol.diagnostics.get("phi_identified")
-    if identified is False:
+    if protocol.diagnostics.phi_identified is False:
         parts.append("NOT IDENTIFIED")
     return "   ".join(parts)
 
 
-def fit_rows(protocol: Protocol) -> list[tuple[str, LawFit]]:
+def fit_rows(protocol: ProtocolResult) -> list[tuple[str, FitSummary]]:
     rows = [(name, f) for name, f in protocol.forms.items()]
     if protocol.fit.form == "chinchilla":
         rows = [("chinchilla", protocol.fit)]

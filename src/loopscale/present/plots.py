@@ -35,6 +35,7 @@ import numpy as np
 from loopscale.fit.labels import flops_label
 from loopscale.fit.law import law_loss
 from loopscale.fit.protocol import Protocol
+from loopscale.fit.protocol_results import BaselineValues, CellMinimum, FrontierRow
 from loopscale.fit.table import RunTable
 from loopscale.io import atomic_write
 from loopscale.present.numbers import interval
@@ -72,11 +73,11 @@ def _save(fig, out_dir: Path, name: str) -> list[Path]:
 
 
 def plot_protocol(
-    protocol: Protocol, table: RunTable, out_dir: str | Path, baselines: dict | None = None
+    protocol: Protocol, table: RunTable, out_dir: str | Path, baselines: BaselineValues | None = None
 ) -> list[Path]:
     """Write the protocol's figures into ``out_dir`` and return their paths (PNG and SVG of each).
 
-    ``baselines`` ({"unigram": nats, "bigram": nats} on the runs' validation tokens) draws the bigram
+    ``baselines`` (unigram and bigram nats on the runs' validation tokens) draws the bigram
     table's loss on the loss-vs-size figures, so a reader sees whether the runs learned more than it."""
     import matplotlib.pyplot as plt
 
@@ -106,7 +107,7 @@ def _r_colors(rs: list[int]) -> dict[int, tuple]:
 
 
 def protocol_figures(
-    protocol: Protocol, table: RunTable, baselines: dict | None = None
+    protocol: Protocol, table: RunTable, baselines: BaselineValues | None = None
 ) -> Iterator[tuple[str, object]]:
     """Yield (name, open matplotlib Figure) for every figure the protocol supports, in ``FIGURES`` order.
 
@@ -117,7 +118,7 @@ def protocol_figures(
 
     rs = sorted(set(table.r.tolist()))
     colors = _r_colors(rs)
-    minima = {(m["budget"], m["r"]): m for m in protocol.cell_minima}
+    minima = {(m.budget, m.r): m for m in protocol.cell_minima}
     builders = (
         ("collapse", lambda: _collapse(protocol, table, rs, colors)),
         ("loop_tax", lambda: _loop_tax(protocol, table, rs, colors, minima, baselines)),
@@ -195,18 +196,16 @@ def _law_along(fit, table: RunTable, mask: np.ndarray):
     return grid, fit.predict(once_share * grid, (1 - once_share) * grid, r, tokens)
 
 
-def _parabola(ax, table: RunTable, mask: np.ndarray, m: dict | None, color) -> None:
+def _parabola(ax, table: RunTable, mask: np.ndarray, m: CellMinimum | None, color) -> None:
     """Dotted least-squares parabola in log N through a cell's runs and a star at its vertex, only where
     the protocol found the vertex bracketed by the widths run."""
-    if m is None or not m["bracketed"]:
+    if m is None or not m.bracketed:
         return
     log_n, loss = np.log(table.n[mask]), table.loss[mask]
     coef = np.polyfit(log_n, loss, 2)
     x = np.linspace(log_n.min(), log_n.max(), 60)
     ax.plot(np.exp(x), np.polyval(coef, x), ls=":", lw=1.0, color=color)
-    ax.scatter(
-        [m["n_star"]], [m["loss_star"]], marker="*", s=130, color=color, edgecolor="k", lw=0.6, zorder=4
-    )
+    ax.scatter([m.n_star], [m.loss_star], marker="*", s=130, color=color, edgecolor="k", lw=0.6, zorder=4)
 
 
 def _vertex_handles(lone: bool = False):
@@ -228,14 +227,14 @@ def _side_legend(ax, extra=()) -> None:
     ax.legend(handles=[*handles, *extra], fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
 
-def _baseline_label(baselines: dict) -> str:
-    return f"bigram table {baselines['bigram']:.2f} (unigram {baselines['unigram']:.2f})"
+def _baseline_label(baselines: BaselineValues) -> str:
+    return f"bigram table {baselines.bigram:.2f} (unigram {baselines.unigram:.2f})"
 
 
-def _baseline_line(ax, baselines: dict | None) -> None:
+def _baseline_line(ax, baselines: BaselineValues | None) -> None:
     """The bigram table's validation loss as a dotted line (the unigram's in its label: it is far above)."""
     if baselines:
-        ax.axhline(baselines["bigram"], ls=":", lw=1.2, color="0.35", label=_baseline_label(baselines))
+        ax.axhline(baselines.bigram, ls=":", lw=1.2, color="0.35", label=_baseline_label(baselines))
 
 
 def _figure_legend(fig, axes, handles) -> None:
@@ -269,7 +268,7 @@ def _loop_tax(protocol: Protocol, table: RunTable, rs, colors, minima, baselines
             if not mask.any():
                 continue
             m = minima.get((c, r))
-            if m is not None and not m["bracketed"]:
+            if m is not None and not m.bracketed:
                 unbracketed.append(f"r = {r}")
             order = np.argsort(table.n[mask])
             ax.scatter(table.n[mask][order], table.loss[mask][order], s=20, color=colors[r], zorder=3)
@@ -284,7 +283,7 @@ def _loop_tax(protocol: Protocol, table: RunTable, rs, colors, minima, baselines
             )  # fmt: skip
         ax.set_title(f"C = {flops_label(c)} FLOPs", fontsize=10)
         if baselines:
-            ax.axhline(baselines["bigram"], ls=":", lw=1.2, color="0.35")
+            ax.axhline(baselines.bigram, ls=":", lw=1.2, color="0.35")
         log_axis(ax, "x")
         linear_ticks(ax, "y")
         ax.set_xlabel("unique non-embedding parameters N")
@@ -319,7 +318,7 @@ def _isoflop(protocol: Protocol, table: RunTable, rs, minima, baselines=None):
             label = None
             if table.has_budget:
                 m = minima.get((c, r))
-                label = f"C = {flops_label(c)}" + ("" if m is None or m["bracketed"] else " (not bracketed)")
+                label = f"C = {flops_label(c)}" + ("" if m is None or m.bracketed else " (not bracketed)")
             ax.scatter(table.n[mask], table.loss[mask], color=shade, s=18, zorder=3, label=label)
             if table.has_budget and mask.sum() >= 2:
                 ax.plot(*_law_along(fit, table, mask), color=shade, lw=1.2)
@@ -351,20 +350,20 @@ def _phi_profile(protocol: Protocol):
     prof = protocol.profile
     if not prof or protocol.fit.phi is None:
         return None
-    phi = np.asarray(prof["phi"], dtype=float)
-    dev = np.array([math.nan if v is None else float(v) for v in prof["deviance"]])
+    phi = np.asarray(prof.phi, dtype=float)
+    dev = np.array([math.nan if v is None else float(v) for v in prof.deviance])
     order = np.argsort(phi)
     phi, dev = phi[order], dev[order]
-    threshold = float(prof["threshold"])
-    pct = f"{100 * prof['level']:.0f}%"
+    threshold = float(prof.threshold)
+    pct = f"{100 * prof.level:.0f}%"
     fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
-    lo, hi = prof["interval"]
+    lo, hi = prof.interval
     ax.axvspan(
         phi.min() if lo is None else lo,
         phi.max() if hi is None else hi,
         color="C2",
         alpha=0.18,
-        label=f"profile {pct} interval {interval(prof['interval'], open_ends=prof['open'])}",
+        label=f"profile {pct} interval {interval(prof.interval, open_ends=prof.open)}",
     )
     ax.plot(phi, dev, "o-", ms=3, lw=1.2, color="k", label="profile deviance", zorder=3)
     ax.axhline(threshold, ls="--", lw=1.0, color="0.4", label=f"χ²₁ {pct} threshold {threshold:.2f}")
@@ -374,13 +373,13 @@ def _phi_profile(protocol: Protocol):
         ax.axvline(b_lo, ls="--", color="C0", label=f"{name} {pct} CI {interval((b_lo, b_hi))}")
         ax.axvline(b_hi, ls="--", color="C0")
     ax.axvline(protocol.fit.phi, color="C3", label=f"φ̂ = {protocol.fit.phi:.3f}")
-    if prof.get("phi_hat") is not None:  # the profile's own (least-squares) minimum, when it reports one
-        ax.axvline(prof["phi_hat"], color="C3", ls=":", label=f"profile minimum φ = {prof['phi_hat']:.3f}")
+    # the profile's own (least-squares) minimum
+    ax.axvline(prof.phi_hat, color="C3", ls=":", label=f"profile minimum φ = {prof.phi_hat:.3f}")
     finite = dev[np.isfinite(dev)]
     top = max(2.5 * threshold, min(float(finite.max()) if finite.size else 0.0, 6 * threshold))
     ax.set_ylim(min(0.0, float(finite.min()) if finite.size else 0.0) - 0.05 * top, 1.08 * top)
     # Zoom on what the figure is about: the part of the curve under the top of the plot, both intervals, φ̂.
-    shown = [*phi[np.isfinite(dev) & (dev <= top)], *(v for v in prof["interval"] if v is not None)]
+    shown = [*phi[np.isfinite(dev) & (dev <= top)], *(v for v in prof.interval if v is not None)]
     shown += [protocol.fit.phi, *protocol.ci.get("phi", [])]
     lo_x, hi_x = min(shown), max(shown)
     pad = 0.08 * max(hi_x - lo_x, 0.05)
@@ -401,12 +400,12 @@ def method_name(method: str | None) -> str:
 def _phi_bootstrap(protocol: Protocol):
     import matplotlib.pyplot as plt
 
-    if protocol.bootstrap is None or "phi" not in protocol.bootstrap["samples"]:
+    if protocol.bootstrap is None or "phi" not in protocol.bootstrap.samples:
         return None
     fit = protocol.fit
-    phis = np.asarray(protocol.bootstrap["samples"]["phi"], dtype=float)
+    phis = np.asarray(protocol.bootstrap.samples["phi"], dtype=float)
     phis = phis[np.isfinite(phis)]
-    lo, hi = protocol.bootstrap["ci"]["phi"]  # this histogram's own percentile CI
+    lo, hi = protocol.bootstrap.ci["phi"]  # this histogram's own percentile CI
     reported = protocol.ci.get("phi")  # the interval the report gives, when another method made it
     if reported is not None and list(reported) == [lo, hi]:
         reported = None
@@ -432,7 +431,7 @@ def _phi_bootstrap(protocol: Protocol):
             transform=ax.transAxes, fontsize=7, va="top", color="0.25",
         )  # fmt: skip
     linear_ticks(ax)
-    level = f"{100 * protocol.bootstrap['level']:.0f}%"
+    level = f"{100 * protocol.bootstrap.level:.0f}%"
     ax.set_title(f"cell bootstrap φ: {level} CI {interval((lo, hi))}", fontsize=10)
     ax.set_xlabel("φ")
     ax.set_ylabel("resamples")
@@ -505,9 +504,9 @@ def _residuals_vs_width(protocol: Protocol, table: RunTable, rs):
     return fig
 
 
-def _unidentified(row: dict) -> bool:
+def _unidentified(row: FrontierRow) -> bool:
     """A law optimum on the edge of the legal widths or outside the widths run: not identified by the runs."""
-    return bool(row.get("at_edge")) or row.get("within_widths_run") is False
+    return row.at_edge or row.within_widths_run is False
 
 
 def _frontier(protocol: Protocol, colors):
@@ -517,14 +516,14 @@ def _frontier(protocol: Protocol, colors):
         return None
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.8), layout="constrained")
     any_open = False
-    for key, entry in protocol.compute_optimal["per_r"].items():
-        rows = entry["rows"]
-        c = np.array([row["budget"] for row in rows])
+    for key, entry in protocol.compute_optimal.per_r.items():
+        rows = entry.rows
+        c = np.array([row.budget for row in rows])
         open_ = np.array([_unidentified(row) for row in rows])
         any_open |= bool(open_.any())
         color = colors.get(int(key), "k")
-        exponent = f" (a_N = {entry['a_N']:.2f})" if "a_N" in entry and not open_.any() else ""
-        for ax, values in ((axes[0], [row["loss"] for row in rows]), (axes[1], [row["n"] for row in rows])):
+        exponent = f" (a_N = {entry.a_N:.2f})" if entry.a_N is not None and not open_.any() else ""
+        for ax, values in ((axes[0], [row.loss for row in rows]), (axes[1], [row.n for row in rows])):
             values = np.array(values)
             ax.plot(c, values, "-" if not open_.any() else ":", color=color, label=f"r = {key}{exponent}")
             ax.scatter(c[~open_], values[~open_], color=color, zorder=3)

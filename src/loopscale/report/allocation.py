@@ -7,27 +7,28 @@ from __future__ import annotations
 import math
 
 from loopscale.fit.labels import bptt_text, count_label, flops_label
+from loopscale.fit.protocol_results import ProtocolResult
 from loopscale.report.document import Section, Table
 
 
-def frontier_section(doc) -> Section:
+def frontier_section(doc: ProtocolResult) -> Section:
     """The law's compute-optimal allocation per (budget, r). An optimum on the edge of the legal widths or
     outside the widths the sweep ran is an extrapolation the runs cannot check: it is named, not numbered."""
-    frontier = doc["compute_optimal"]
+    frontier = doc.compute_optimal
     if not frontier:
-        return Section("Compute-optimal allocation", ["Not available: " + "; ".join(doc["notes"])])
+        return Section("Compute-optimal allocation", ["Not available: " + "; ".join(doc.notes)])
     header = ["C (FLOPs)", "r", "width d*", "N* (unique)", "N_eff*", "D* (tokens)", "L* (nats)", "gap to r=1"]
     rows = []
     unidentified_r = set()
-    for r, entry in frontier["per_r"].items():
-        gaps = entry.get("gap_to_r1") or [math.nan] * len(entry["rows"])
-        for row, gap in zip(entry["rows"], gaps):
+    for r, entry in frontier.per_r.items():
+        gaps = entry.gap_to_r1 or [math.nan] * len(entry.rows)
+        for row, gap in zip(entry.rows, gaps):
             why = []
-            if row["at_edge"]:
-                why.append(f"at the edge of the legal widths (d = {row['width']:.0f})")
-            if row.get("within_widths_run") is False:
-                why.append(f"outside the widths run (d = {row['width']:.0f})")
-            head = [flops_label(row["budget"]), r]
+            if row.at_edge:
+                why.append(f"at the edge of the legal widths (d = {row.width:.0f})")
+            if row.within_widths_run is False:
+                why.append(f"outside the widths run (d = {row.width:.0f})")
+            head = [flops_label(row.budget), r]
             if why:
                 unidentified_r.add(r)
                 rows.append([*head, "not identified: " + ", ".join(why), "–", "–", "–", "–", "–"])
@@ -35,21 +36,21 @@ def frontier_section(doc) -> Section:
             rows.append(
                 [
                     *head,
-                    f"{row['width']:.0f}",
-                    count_label(row["n"]),
-                    count_label(row["n_eff"]),
-                    count_label(row["tokens"]),
-                    f"{row['loss']:.4f}",
+                    f"{row.width:.0f}",
+                    count_label(row.n),
+                    count_label(row.n_eff),
+                    count_label(row.tokens),
+                    f"{row.loss:.4f}",
                     "" if r == "1" else f"{gap:+.4f}",
                 ]
             )
     rows.sort(key=lambda row: (float(row[0]), int(row[1])))
     exps = "; ".join(
-        f"r = {r}: N* ∝ C^{e['a_N']:.2f}, D* ∝ C^{e['a_D']:.2f}"
-        for r, e in frontier["per_r"].items()
-        if "a_N" in e and r not in unidentified_r
+        f"r = {r}: N* ∝ C^{e.a_N:.2f}, D* ∝ C^{e.a_D:.2f}"
+        for r, e in frontier.per_r.items()
+        if e.a_N is not None and r not in unidentified_r
     )
-    flops = bptt_text(frontier.get("bptt_k"), frontier["per_r"])
+    flops = bptt_text(frontier.bptt_k, frontier.per_r)
     blocks: list = [f"FLOPs model: {flops}.", Table(header, rows)]
     if exps:
         blocks.append(exps + ".")
@@ -62,25 +63,25 @@ def frontier_section(doc) -> Section:
     return Section("Compute-optimal allocation (fitted joint law, exact FLOPs over continuous width)", blocks)
 
 
-def minima_section(doc) -> Section:
-    gaps = {(g["budget"], g["r"]): g["gap"] for g in doc["cell_gaps"]}
+def minima_section(doc: ProtocolResult) -> Section:
+    gaps = {(g.budget, g.r): g.gap for g in doc.cell_gaps}
     rows = []
-    for m in doc["cell_minima"]:
-        head = [flops_label(m["budget"]), str(m["r"]), str(m["n_runs"])]
-        if not m["bracketed"]:  # no vertex numbers: an extrapolated vertex can be absurd
-            rows.append([*head, "not bracketed", "–", "–", m["reason"]])
+    for m in doc.cell_minima:
+        head = [flops_label(m.budget), str(m.r), str(m.n_runs)]
+        if not m.bracketed:  # no vertex numbers: an extrapolated vertex can be absurd
+            rows.append([*head, "not bracketed", "–", "–", m.reason])
             continue
-        gap = gaps.get((m["budget"], m["r"]))
+        gap = gaps.get((m.budget, m.r))
         gap_text = "–" if gap is None else f"{gap:+.4f}"
         # fit.json files written before runs_bracket existed: no note rather than a guess
-        edge = "lowest loss at an end of the width range" if m.get("runs_bracket") is False else ""
-        rows.append([*head, count_label(m["n_star"]), f"{m['loss_star']:.4f}", gap_text, edge])
-    bracketed = sum(m["bracketed"] for m in doc["cell_minima"])
-    by_runs = sum(bool(m.get("runs_bracket")) for m in doc["cell_minima"])
+        edge = "lowest loss at an end of the width range" if m.runs_bracket is False else ""
+        rows.append([*head, count_label(m.n_star), f"{m.loss_star:.4f}", gap_text, edge])
+    bracketed = sum(m.bracketed for m in doc.cell_minima)
+    by_runs = sum(bool(m.runs_bracket) for m in doc.cell_minima)
     return Section(
         "Empirical iso-FLOP minima (parabola in log N per cell, method §8.7)",
         [
-            f"{bracketed} of {len(doc['cell_minima'])} cells bracket their minimum; in {by_runs} the runs "
+            f"{bracketed} of {len(doc.cell_minima)} cells bracket their minimum; in {by_runs} the runs "
             "themselves do (the lowest loss has a higher one on each side in N).",
             Table(["C (FLOPs)", "r", "runs", "N*", "L* (nats)", "gap to r=1", "note"], rows),
             "A vertex is given only where the widths run bracket it (at least three sizes, a parabola that "

@@ -3,27 +3,28 @@ runs beat the bigram table: a φ measured on runs worse than it is about token s
 
 from __future__ import annotations
 
+from loopscale.fit.protocol_results import Baselines
 from loopscale.report.formatting import finished_runs
 
 
-def below_bigram_counts(baselines: dict, rows: list[dict]) -> tuple[int, int, float] | None:
+def below_bigram_counts(baselines: Baselines, rows: list[dict]) -> tuple[int, int, float] | None:
     """(finished runs below the bigram table, finished runs, the bigram table's loss in nats), or None
     when the baselines are not available."""
-    values = baselines["values"]
+    values = baselines.values
     if values is None:
         return None
     losses = [row["loss"] for row in finished_runs(rows)]
-    return sum(loss < values["bigram"] for loss in losses), len(losses), values["bigram"]
+    return sum(loss < values.bigram for loss in losses), len(losses), values.bigram
 
 
-def baseline_statement(baselines: dict, below_bigram: tuple[int, int, float] | None) -> str:
-    values = baselines["values"]
+def baseline_statement(baselines: Baselines, below_bigram: tuple[int, int, float] | None) -> str:
+    values = baselines.values
     if values is None:
-        return f"Count-model baselines (unigram / bigram loss of the validation tokens) {baselines['note']}"
+        return f"Count-model baselines (unigram / bigram loss of the validation tokens) {baselines.note}"
     below, finished, _ = below_bigram
     return (
-        f"Baselines on the same {values['val_tokens']:,} validation tokens: a unigram table scores "
-        f"{values['unigram']:.3f} nats and a bigram table (Witten–Bell) {values['bigram']:.3f} nats; "
+        f"Baselines on the same {values.val_tokens:,} validation tokens: a unigram table scores "
+        f"{values.unigram:.3f} nats and a bigram table (Witten–Bell) {values.bigram:.3f} nats; "
         f"{below} of {finished} finished runs are below the bigram table"
         + (
             "."

@@ -20,7 +20,7 @@ from loopscale.config import ModelConfig, from_dict
 from loopscale.fit.table import SkippedRunsWarning, load_table
 from loopscale.io import atomic_write_text
 from loopscale.present.compare_text import case_study_verdict
-from loopscale.present.fit_text import fit_document_text
+from loopscale.present.fit_text import protocol_text
 from loopscale.report.allocation import frontier_section, minima_section
 from loopscale.report.axes import axes_section
 from loopscale.report.baselines import baseline_statement
@@ -85,7 +85,7 @@ def render_report(analysis, folder: str | Path) -> Report:
         report.key_figures.append(Image(path, caption(path)))
     sections = _sections(doc, rows, analysis.skipped, table, template, below_bigram, figures, case_study)
     report.sections += [section for section in sections if section is not None]
-    report.sections.append(Section("Full fit output", [Pre(fit_document_text(doc))], collapsed=True))
+    report.sections.append(Section("Full fit output", [Pre(protocol_text(doc))], collapsed=True))
     report.sections.append(methods_section(doc))
 
     md = atomic_write_text(folder / "report.md", report.markdown(folder))
@@ -97,19 +97,19 @@ def _sections(doc, rows, skipped, table, template, below_bigram, figures: dict, 
     """The report's sections in reading order (None: a section this sweep has nothing for); ``figures``:
     the figures not on the first screen, by name."""
     law_figure = figures.pop(LAW_CHECK_FIGURE, None)
-    baseline = baseline_statement(doc["baselines"], below_bigram)
+    baseline = baseline_statement(doc.baselines, below_bigram)
     return [
         summary_section(doc, len(table), len(rows), baseline),
         case_study,
         law_check_section(doc, law_figure.path if law_figure else None),
-        design_checks_section(doc, rows, below_bigram),
+        design_checks_section(doc.to_dict(), rows, below_bigram),  # it reads fit.json's mapping yet
         result_section(doc, table, template),
         _collapsed(fits_section(doc)),
         _collapsed(frontier_section(doc)),
         _collapsed(minima_section(doc)),
         axes_section(rows),
-        _collapsed(machine_section(doc["machine_use"])),
-        _collapsed(runs_section(rows, skipped, doc["fit"])),
+        _collapsed(machine_section(doc.machine_use)),
+        _collapsed(runs_section(rows, skipped, doc.fit)),
         Section("Figures", list(figures.values())),
     ]
 

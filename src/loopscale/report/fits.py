@@ -4,43 +4,44 @@ minimised objective and the parameters at a box edge, the joint fit's residuals 
 
 from __future__ import annotations
 
+from loopscale.fit.protocol_results import ProtocolResult
+from loopscale.present.identification import objective_note
 from loopscale.present.plots import method_name
 from loopscale.report.document import Section, Table
 from loopscale.report.formatting import SYMBOL, ci_method, level, num
 
 
-def fits_section(doc) -> Section:
+def fits_section(doc: ProtocolResult) -> Section:
     header = ["form", "E", "A", "B", "α", "β", "φ", "R²", "objective", "at a box edge"]
-    at_bound = doc["diagnostics"]["at_bound"]["forms"]
+    at_bound = doc.diagnostics.at_bound.forms
     rows = []
-    for name, f in [*doc["forms"].items(), *((f"r={k} (Chinchilla)", v) for k, v in doc["per_r"].items())]:
-        phi = f.get("phi")  # the per-r Chinchilla fits have none
+    for name, f in [*doc.forms.items(), *((f"r={k} (Chinchilla)", v) for k, v in doc.per_r.items())]:
         rows.append(
             [
                 name,
-                f"{f['E']:.4f}",
-                f"{f['A']:.4g}",
-                f"{f['B']:.4g}",
-                f"{f['alpha']:.4f}",
-                f"{f['beta']:.4f}",
-                "" if phi is None else f"{phi:.4f}",
-                f"{f['r2']:.4f}",
-                f"{f['objective']:.3e}",
-                ", ".join(SYMBOL.get(n, n) for n in at_bound.get(name, [])),
+                f"{f.E:.4f}",
+                f"{f.A:.4g}",
+                f"{f.B:.4g}",
+                f"{f.alpha:.4f}",
+                f"{f.beta:.4f}",
+                "" if f.phi is None else f"{f.phi:.4f}",  # the per-r Chinchilla fits have none
+                f"{f.r2:.4f}",
+                f"{f.objective:.3e}",
+                ", ".join(SYMBOL.get(n, n) for n in at_bound.get(name, ())),
             ]
         )
-    res = doc["residuals"]
+    res = doc.residuals
     res_rows = [
-        [key, str(s["n"]), f"{s['mean']:+.4f}", f"{s['max_abs']:.4f}", f"{s['rmse']:.4f}"]
-        for key, s in [("all", res["overall"]), *res["per_r"].items()]
+        [key, str(s.n), f"{s.mean:+.4f}", f"{s.max_abs:.4f}", f"{s.rmse:.4f}"]
+        for key, s in [("all", res.overall), *res.per_r.items()]
     ]
     blocks = [
         Table(header, rows),
-        doc["diagnostics"]["objective_note"],
+        objective_note(doc.diagnostics.ranking),
         "Residuals of the joint fit (observed − predicted, nats), per r:",
         Table(["r", "n", "mean", "max abs", "RMSE"], res_rows),
     ]
-    intervals = {k: v for k, v in doc["ci"].items() if isinstance(v, list | tuple) and len(v) == 2}
+    intervals = doc.ci
     if intervals:
         method = ci_method(doc)
         blocks.append(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from loopscale.fit.results import law_check_in
+from loopscale.fit.protocol_results import ProtocolResult
 from loopscale.present.numbers import interval
 from loopscale.present.plots import method_name
 
@@ -29,44 +29,41 @@ def finished_runs(rows: list[dict]) -> list[dict]:
     return [row for row in rows if row.get("status") == "ok" and math.isfinite(row.get("loss", math.nan))]
 
 
-def identified(doc) -> bool:
-    return doc["diagnostics"]["phi_identified"] is True
+def identified(doc: ProtocolResult) -> bool:
+    return doc.phi_identified is True
 
 
-def rejected(doc) -> bool:
-    check = law_check_in(doc, "fit.json")
-    return check is not None and check.verdict == "rejected"
+def rejected(doc: ProtocolResult) -> bool:
+    return doc.law_check is not None and doc.law_check.verdict == "rejected"
 
 
-def level(doc) -> str:
-    boot = doc["bootstrap"]
-    return f"{100 * boot['level']:.0f}%" if boot else "95%"
+def level(doc: ProtocolResult) -> str:
+    return f"{100 * doc.bootstrap.level:.0f}%" if doc.bootstrap else "95%"
 
 
-def intervals_text(doc, digits: int = 3) -> str:
-    """The intervals for φ the protocol computed, side by side: ``ci.phi`` (named by ``ci.phi_method``, the
+def intervals_text(doc: ProtocolResult, digits: int = 3) -> str:
+    """The intervals for φ the protocol computed, side by side: ``ci.phi`` (named by ``ci_method``, the
     block bootstrap when fit.json names none), then the profile-likelihood interval."""
-    parts = [main_interval_text(doc, digits)] if doc["ci"].get("phi") else []
-    prof = doc["profile"]
+    parts = [main_interval_text(doc, digits)] if doc.phi_ci else []
+    prof = doc.profile
     if prof:
         parts.append(
-            f"profile-likelihood {100 * prof['level']:.0f}% interval "
-            f"{interval(prof['interval'], digits, open_ends=prof['open'])}"
+            f"profile-likelihood {100 * prof.level:.0f}% interval "
+            f"{interval(prof.interval, digits, open_ends=prof.open)}"
         )
     return ", ".join(parts)
 
 
-def ci_method(doc) -> str | None:
+def ci_method(doc: ProtocolResult) -> str | None:
     """How ``ci.phi`` was made (fit.json ``ci_method``, e.g. "random_effects_bootstrap"); None for the cell
     block bootstrap, the only interval before the law check."""
-    method = doc["ci"].get("phi_method") or doc.get("ci_method")
-    return None if method in (None, "cell_bootstrap") else str(method)
+    return None if doc.ci_method in (None, "cell_bootstrap") else doc.ci_method
 
 
-def main_interval_text(doc, digits: int = 3) -> str:
+def main_interval_text(doc: ProtocolResult, digits: int = 3) -> str:
     """``ci.phi``: "95% CI [lo, hi] (random-effects bootstrap)", or "bootstrap 95% CI [lo, hi]" when it is
     the cell block bootstrap's."""
-    written = interval(doc["ci"]["phi"], digits)
+    written = interval(doc.phi_ci, digits)
     method = ci_method(doc)
     if method is None:
         return f"bootstrap {level(doc)} CI {written}"

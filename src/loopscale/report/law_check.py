@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from loopscale.fit.labels import flops_label, percent_text
-from loopscale.fit.results import LawCheck, law_check_in
+from loopscale.fit.protocol_results import ProtocolResult
+from loopscale.fit.results import LawCheck
 from loopscale.present.law_check import law_reasons
 from loopscale.present.numbers import end_ranges, interval
 from loopscale.report.document import Bullets, Image, Section, Table
@@ -45,10 +46,10 @@ def _lack_of_fit_text(check: LawCheck) -> str:
     )
 
 
-def law_check_section(doc, figure: Path | None = None) -> Section:
+def law_check_section(doc: ProtocolResult, figure: Path | None = None) -> Section:
     """The law check's evidence: leave-one-budget-out prediction, lack of fit, the one-parameter extensions
     of the law, φ per budget and per half, the residual decomposition and residuals against width."""
-    check = law_check_in(doc, "fit.json")
+    check = doc.law_check
     if check is None:
         return Section(
             "Law check",

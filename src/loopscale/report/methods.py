@@ -3,23 +3,24 @@
 
 from __future__ import annotations
 
+from loopscale.fit.protocol_results import ProtocolResult
 from loopscale.report.document import Section
 
 
-def methods_section(doc) -> Section:
+def methods_section(doc: ProtocolResult) -> Section:
     """What was fitted and how (the settings fit.json records), starting collapsed."""
-    settings = doc["settings"]
-    boot = doc["bootstrap"]
+    settings = doc.settings
+    boot = doc.bootstrap
     return Section(
         "Methods",
         [
             "The law: L = E + A·(N_once + r^φ·N_rec)^−α + B·D^−β, with N_once the parameters run once, "
             "N_rec those of the looped block, r the number of loops and D the training tokens (method §8.1).",
-            f"The fit minimises the summed Huber loss (δ = {settings['huber_delta']:g}) of log loss with "
-            f"L-BFGS-B from {settings['restarts']} starting points inside a fixed box (method §8.2, §8.3); "
+            f"The fit minimises the summed Huber loss (δ = {settings.huber_delta:g}) of log loss with "
+            f"L-BFGS-B from {settings.restarts} starting points inside a fixed box (method §8.2, §8.3); "
             "R² is computed on the raw losses.",
             (
-                f"φ's block-bootstrap CI resamples whole (budget, r) cells, {boot['resamples']} times "
+                f"φ's block-bootstrap CI resamples whole (budget, r) cells, {boot.resamples} times "
                 "(method §8.4); "
                 if boot
                 else "No bootstrap was run (method §8.4); "

@@ -7,11 +7,12 @@ import math
 
 from loopscale.fit.labels import flops_label
 from loopscale.fit.law import law_loss
+from loopscale.fit.protocol_results import FitSummary
 from loopscale.report.document import Section, Table
 from loopscale.report.formatting import num
 
 
-def runs_section(rows: list[dict], skipped: list[tuple[str, str]], fit: dict) -> Section:
+def runs_section(rows: list[dict], skipped: list[tuple[str, str]], fit: FitSummary) -> Section:
     ok = [r for r in rows if r["status"] == "ok"]
     left_out = dict(skipped)
     blocks: list = [f"{len(ok)} of {len(rows)} planned runs finished; {len(skipped)} left out of the fit."]
@@ -36,7 +37,7 @@ def runs_section(rows: list[dict], skipped: list[tuple[str, str]], fit: dict) ->
     for row in rows:
         sizes = [row.get(k) for k in ("n_once", "n_rec", "r", "tokens")]
         try:
-            pred = float(law_loss(fit, *(float(v) for v in sizes)))
+            pred = float(law_loss(fit.coefficients, *(float(v) for v in sizes)))
         except (TypeError, ValueError):
             pred = math.nan
         loss = float(row["loss"]) if row.get("loss") is not None else math.nan

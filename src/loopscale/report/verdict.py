@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from loopscale.fit.case_study_results import CaseStudy
 from loopscale.fit.labels import flops_label
-from loopscale.fit.results import LawCheck, law_check_in
+from loopscale.fit.protocol_results import ProtocolResult
+from loopscale.fit.results import LawCheck
+from loopscale.present.identification import identification_reasons
 from loopscale.present.law_check import law_headline
 from loopscale.present.numbers import interval
 from loopscale.report.document import Bullets, Section, Table
@@ -30,11 +32,11 @@ def pipeline_check(below_bigram: tuple[int, int, float] | None) -> str | None:
     return f"{who} above a bigram table ({loss:.3f} nats): a pipeline check, not a measurement"
 
 
-def law_verdict(doc) -> str:
+def law_verdict(doc: ProtocolResult) -> str:
     """The first sentence of the report and of the CLI line: what the law check (fit.json
     ``law_check``) says about the law, without φ. Rejected: its headline, the strongest evidence;
     inconclusive: no test rejects, and the φ-trend test had too little power to."""
-    check = law_check_in(doc, "fit.json")
+    check = doc.law_check
     if check is None:
         return "law not checked (fit.json predates the law check)"
     if check.verdict == "untestable":
@@ -54,18 +56,17 @@ def per_budget_text(check: LawCheck) -> str:
     return "per budget " + "; ".join(items) if items else "no per-budget φ"
 
 
-def _law_holds(doc) -> bool:
+def _law_holds(doc: ProtocolResult) -> bool:
     """The law check says "holds" (which ``fit.results.LawCheck`` refuses beside a lack of fit below 1%: a
     law with p = 0.002 for its lack of fit passes the family level of eight tests, but is only "not
     rejected")."""
-    check = law_check_in(doc, "fit.json")
-    return check is not None and check.verdict == "holds"
+    return doc.law_check is not None and doc.law_check.verdict == "holds"
 
 
-def _unconfirmed(doc) -> str:
+def _unconfirmed(doc: ProtocolResult) -> str:
     """Why a φ under a law that is not rejected is still no measurement: the check had too little power,
     its lack of fit is below 1%, or it could not run."""
-    check = law_check_in(doc, "fit.json")
+    check = doc.law_check
     verdict = None if check is None else check.verdict
     if verdict == "inconclusive":
         return "given a law these runs are too few to test"
@@ -74,14 +75,14 @@ def _unconfirmed(doc) -> str:
     return "given a law not checked on these runs"
 
 
-def phi_phrase(doc) -> str | None:
+def phi_phrase(doc: ProtocolResult) -> str | None:
     """φ in the CLI line: "phi not identified (the point fit's -2.25 is no measurement)" when the protocol
     says so, else the value with its intervals, marked when the constant-φ law is rejected or not shown to
     hold; None for the plain law."""
-    phi = doc["fit"].get("phi")
+    phi = doc.fit.phi
     if phi is None:
         return None
-    if doc["diagnostics"]["phi_identified"] is False:
+    if doc.phi_identified is False:
         return f"phi not identified (the point fit's {phi:.2f} is no measurement)"
     details = [intervals_text(doc) or "no interval computed"]
     if rejected(doc):
@@ -92,7 +93,12 @@ def phi_phrase(doc) -> str | None:
 
 
 def summary_line(
-    doc, fitted: int, planned: int, skipped, sweep: str, bigram: tuple[int, int, float] | None = None
+    doc: ProtocolResult,
+    fitted: int,
+    planned: int,
+    skipped,
+    sweep: str,
+    bigram: tuple[int, int, float] | None = None,
 ) -> str:
     """The CLI's one line (the last line of ``loopscale report`` and ``loopscale demo``): whether the runs
     are a measurement at all (``pipeline_check``), the law check's verdict, then φ (``phi_phrase``), R², the
@@ -106,24 +112,23 @@ def summary_line(
         below, finished, loss = bigram
         beside = f"{below} of {finished} runs below the bigram table ({loss:.3f} nats)"
     return (
-        f"{lead}. {phi + ', ' if phi else ''}R² = {doc['fit']['r2']:.4f}, {fitted} of {planned} runs fitted"
+        f"{lead}. {phi + ', ' if phi else ''}R² = {doc.fit.r2:.4f}, {fitted} of {planned} runs fitted"
         + (f", {len(skipped)} left out" if skipped else "")
         + f", {beside} [sweep {sweep}]"
     )
 
 
-def phi_statement(doc) -> str:
+def phi_statement(doc: ProtocolResult) -> str:
     """φ with its intervals: bold only when identified by a law the law check says holds; no number when
     the protocol says φ is not identified (the point fit is under Law fits); beside φ per budget when the
     constant-φ law is rejected."""
-    fit, diag = doc["fit"], doc["diagnostics"]
-    phi = fit.get("phi")
+    phi = doc.fit.phi
     if phi is None:
         return "The plain Chinchilla law has no φ."
-    if doc["settings"].get("fix_phi") is not None:
+    if doc.settings.fix_phi is not None:
         return f"φ fixed at {phi:g} (not fitted)."
-    check = law_check_in(doc, "fit.json")
-    if diag["phi_identified"] is False:
+    check = doc.law_check
+    if doc.phi_identified is False:
         tail = f"; the constant-φ law is rejected too: {per_budget_text(check)}" if rejected(doc) else ""
         return (
             "φ is not identified by these runs: no value of it is a measurement (why: Summary; the point "
@@ -136,23 +141,22 @@ def phi_statement(doc) -> str:
             f"{intervals or 'no interval computed'}; {per_budget_text(check)}."
         )
     tail = f": {intervals}." if intervals else " (no interval computed)."
-    if diag["phi_identified"] is None:
+    if doc.phi_identified is None:
         return f"φ = {phi:.3f} (identification not assessed){tail}"
     if not _law_holds(doc):
         return f"φ = {phi:.3f}, {_unconfirmed(doc)}{tail}"
     return f"**φ = {phi:.3f}**{tail}"
 
 
-def quality_statement(doc) -> str:
-    fit = doc["fit"]
+def quality_statement(doc: ProtocolResult) -> str:
     return (
-        f"R² = {fit['r2']:.4f} (raw losses, nats) beside the objective that was minimised: "
-        f"{fit['objective']:.3e} (summed Huber, δ = {doc['settings']['huber_delta']:g}, on log loss); "
+        f"R² = {doc.fit.r2:.4f} (raw losses, nats) beside the objective that was minimised: "
+        f"{doc.fit.objective:.3e} (summed Huber, δ = {doc.settings.huber_delta:g}, on log loss); "
         "why the two can rank forms differently: see Law fits."
     )
 
 
-def lead_blocks(doc, below_bigram: tuple[int, int, float] | None = None) -> list:
+def lead_blocks(doc: ProtocolResult, below_bigram: tuple[int, int, float] | None = None) -> list:
     """The verdict under the title, each thing once: that the runs are a pipeline check when too few beat
     the bigram table, the law check's verdict with φ and ``ci.phi`` in the same paragraph when the law
     holds; otherwise the verdict, then φ (with φ per budget when the law is rejected) in the next one."""
@@ -163,14 +167,14 @@ def lead_blocks(doc, below_bigram: tuple[int, int, float] | None = None) -> list
     return [f"{verdict}.", phi_statement(doc)]
 
 
-def summary_section(doc, fitted: int, planned: int, baseline: str | None = None) -> Section:
+def summary_section(doc: ProtocolResult, fitted: int, planned: int, baseline: str | None = None) -> Section:
     """Under the key figures: why φ is not identified, the count baselines (a φ measured on runs worse than
     a bigram table is about token statistics, not language, whatever the fit says), the fit quality and
     the runs fitted."""
-    diag = doc["diagnostics"]
     blocks: list = []
-    if diag["phi_identified"] is False and diag["reasons"]:
-        blocks += ["Why φ is not identified:", Bullets(list(diag["reasons"]))]
+    reasons = identification_reasons(doc.diagnostics)
+    if doc.phi_identified is False and reasons:
+        blocks += ["Why φ is not identified:", Bullets(reasons)]
     if baseline:
         blocks.append(baseline)
     blocks.append(quality_statement(doc))
@@ -178,26 +182,28 @@ def summary_section(doc, fitted: int, planned: int, baseline: str | None = None)
     return Section("Summary", blocks)
 
 
-def headline_table(doc, fitted: int, planned: int, below_bigram, delta_phi: dict | None = None) -> Table:
+def headline_table(
+    doc: ProtocolResult, fitted: int, planned: int, below_bigram, delta_phi: dict | None = None
+) -> Table:
     """The headline numbers in one row: φ (and what it is), its reported interval, the runs fitted and below
     the bigram table (``below_bigram`` = (below, finished, bigram loss in nats) or None), the seed noise σ
     (nats), the lack-of-fit test, and for a case study the pooled Δφ (``delta_phi``: compare.json's)."""
-    phi = doc["fit"].get("phi")
-    identified = {True: "identified", False: "not identified"}.get(doc["diagnostics"]["phi_identified"], "")
+    phi = doc.fit.phi
+    identified = {True: "identified", False: "not identified"}.get(doc.phi_identified, "")
     # both words when both hold: an unidentified φ is never shown as if only the law were in question
     status = "; ".join(w for w in ("law rejected" if rejected(doc) else "", identified) if w)
-    check = law_check_in(doc, "fit.json")
+    check = doc.law_check
     sigma = None if check is None else check.noise.sigma
     lof = None if check is None else check.lack_of_fit
     lof_name = "F" if lof is not None and lof.test == "F" else "χ²"
     header = ["φ", "interval", "runs fitted", "below bigram", "seed noise σ", "lack of fit"]
     if phi is None:
         phi_cell, interval_cell = "–", "not computed"
-    elif doc["diagnostics"]["phi_identified"] is False:  # no number for a φ the runs do not pin down
+    elif doc.phi_identified is False:  # no number for a φ the runs do not pin down
         phi_cell, interval_cell = status, "none (φ not identified)"
     else:
         phi_cell = f"{phi:.3f}" + (f" ({status})" if status else "")
-        interval_cell = main_interval_text(doc) if doc["ci"].get("phi") else "not computed"
+        interval_cell = main_interval_text(doc) if doc.phi_ci else "not computed"
     row = [
         phi_cell,
         interval_cell,

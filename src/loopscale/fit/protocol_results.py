@@ -1,0 +1,599 @@
+"""Typed parts of the fitting protocol's document (fit.json, ``fit.protocol``): numbers and codes only.
+
+Each record's fields are the keys fit.json has held since the protocol landed, so ``to_dict()`` writes the
+same JSON; the few keys fit.json only holds where they apply (a frontier row's ``within_widths_run``, a
+loop-worth row's ``budget``) are left out while None (``_Sparse``). Sentences about these results (the
+identification verdict, its reasons, the profile's method, …) are written by ``loopscale.present``; a
+fit.json written before these records held such sentences, and ``fit.protocol.read_protocol`` converts it.
+
+Units: losses and residuals in nats, compute C in training FLOPs, D in tokens, sizes in parameters, φ and
+the other law parameters as fitted (``fit.law``); variance components are standard deviations of log loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from loopscale.fit.results import LawCheck, Record
+
+
+class _Sparse(Record):
+    """A record whose ``OPTIONAL`` fields are left out of ``to_dict`` while None: fit.json holds those keys
+    only where they apply (``from_dict`` reads their absence as None)."""
+
+    OPTIONAL: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in super().to_dict().items() if not (k in self.OPTIONAL and v is None)}
+
+
+class _Keyed:
+    """Read access by key (``row["n_star"]``) for the callers issue 42 has not converted yet
+    (fit/case_study.py, design/search.py, design/simulation.py); remove it with their last such read."""
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# fit.analyses
+
+
+@dataclass(frozen=True)
+class LoopWorth(_Sparse):
+    """r loops are worth r^φ unique blocks (``worth``); ``fraction`` = r^φ / r of full equivalence. In the
+    protocol's rows also the φ used and the law's form; phi-trend-c: the ``budget`` (FLOPs) φ is taken at,
+    phi-trend-n: the N_unrolled (parameters) it is taken at."""
+
+    OPTIONAL = ("phi", "budget", "form", "at_n_unrolled")
+
+    r: int
+    worth: float
+    fraction: float
+    phi: float | None = None
+    budget: float | None = None
+    form: str | None = None
+    at_n_unrolled: float | None = None
+
+
+@dataclass(frozen=True)
+class Equivalence(_Sparse):
+    """A non-looped model of ``params`` parameters against the r-loop model at its width (``fit.analyses.
+    equivalence``): sizes in parameters, ratios to ``params``, FLOPs ratios per token as trained."""
+
+    OPTIONAL = ("template",)
+
+    params: float
+    r: int
+    phi: float
+    bptt_k: int | None  # loops backpropagated through (None: full BPTT)
+    width: float
+    unique_params: float
+    unique_ratio: float
+    effective_params: float
+    effective_ratio: float
+    effective_ratio_layers_only: float
+    worth: float
+    flops_ratio: float
+    block_flops_overhead: float
+    cost_equivalent_params: float
+    template: str | None = None  # where the architecture template came from (the CLI names it)
+
+
+@dataclass(frozen=True)
+class ResidualStats(Record):
+    """Residuals observed − predicted (nats) of a set of runs."""
+
+    n: int
+    mean: float
+    max_abs: float
+    rmse: float
+
+
+@dataclass(frozen=True)
+class Residuals(Record):
+    """The fit's residuals overall and per loop count (keys: r as text)."""
+
+    overall: ResidualStats
+    per_r: dict[str, ResidualStats]
+
+
+@dataclass(frozen=True)
+class FrontierRow(_Sparse):
+    """The law's optimum at one (budget, r): width d*, N* (unique), N_eff*, D* (tokens), L* (nats);
+    ``at_edge``: on the edge of the width search; ``within_widths_run``: inside the widths the sweep ran
+    (None: not known)."""
+
+    OPTIONAL = ("within_widths_run",)
+
+    budget: float
+    width: float
+    n: float
+    n_eff: float
+    tokens: float
+    loss: float
+    at_edge: bool
+    within_widths_run: bool | None = None
+
+
+@dataclass(frozen=True)
+class FrontierEntry(_Sparse):
+    """One r's frontier: its rows by budget, N* ∝ C^a_N and D* ∝ C^a_D (two budgets or more), and the loss
+    gap to r = 1 per budget (nats; when r = 1 is on the frontier)."""
+
+    OPTIONAL = ("a_N", "a_D", "gap_to_r1")
+
+    rows: tuple[FrontierRow, ...]
+    a_N: float | None = None  # noqa: N815 - fit.json's key
+    a_D: float | None = None  # noqa: N815
+    gap_to_r1: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Frontier(_Sparse):
+    """The compute-optimal frontier (``fit.analyses.compute_optimal``) per r (keys: r as text);
+    ``bptt_k``: r → k of the truncated-BPTT arms (None in a fit.json written before it was recorded);
+    ``form``: the law's form the protocol fitted it with."""
+
+    OPTIONAL = ("bptt_k", "form")
+
+    split: str
+    budgets: tuple[float, ...]
+    per_r: dict[str, FrontierEntry]
+    bptt_k: dict[str, int] | None = None
+    form: str | None = None
+
+
+@dataclass(frozen=True)
+class CellMinimum(_Keyed, _Sparse):
+    """The empirical iso-FLOP vertex of one (budget, r) cell (``fit.analyses.parabola_minima``): N* and L*
+    (nats) only where the runs bracket it; ``runs_bracket`` None in a fit.json written before it existed.
+    ``reason`` says why a vertex is not given."""
+
+    OPTIONAL = ("runs_bracket", "reason")
+
+    budget: float
+    r: int
+    n_runs: int
+    n_star: float | None
+    loss_star: float | None
+    bracketed: bool
+    runs_bracket: bool | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class CellGap(Record):
+    """L*(r) − L*(r = 1) (nats) at one budget, from the cells' iso-FLOP vertices."""
+
+    budget: float
+    r: int
+    gap: float
+
+
+# ---------------------------------------------------------------------------------------------------------
+# fit.bootstrap
+
+Samples = dict[str, tuple[float, ...]]  # coefficient → its bootstrap values
+
+
+def as_samples(table: dict[str, np.ndarray]) -> Samples:
+    """Bootstrap draws as the records hold them (plain floats)."""
+    return {k: tuple(np.asarray(v, dtype=float).tolist()) for k, v in table.items()}
+
+
+@dataclass(frozen=True)
+class CellBootstrap(_Keyed, Record):
+    """The cell block bootstrap of a fit (``fit.bootstrap.bootstrap_fit``): percentile ``ci`` at ``level``
+    of every coefficient but the held ones, and the draws behind them."""
+
+    resamples: int
+    cells: int
+    restarts_per_refit: int
+    warm_start: bool
+    level: float
+    held_resampled: tuple[str, ...]
+    ci: dict[str, tuple[float, float]]
+    samples: Samples
+
+
+@dataclass(frozen=True)
+class RandomEffectsBootstrap(Record):
+    """The random-effects parametric bootstrap of a fit (``fit.bootstrap.random_effects_bootstrap``):
+    ``components`` are the error standard deviations (log loss) of each group and "iid"; ``samples`` may
+    hold φ's draws alone (fit.json keeps only those)."""
+
+    components: dict[str, float]
+    resamples: int
+    restarts_per_refit: int
+    level: float
+    held_resampled: tuple[str, ...]
+    ci: dict[str, tuple[float, float]]
+    samples: Samples
+
+
+# ---------------------------------------------------------------------------------------------------------
+# fit.profile
+
+End = Literal["lower", "upper"]
+
+
+@dataclass(frozen=True)
+class IntervalDisagreement(Record):
+    """How φ's profile interval and bootstrap CI disagree (``fit.profile.compare_intervals``).
+
+    ``open_end``: ``open_one`` is open at ``ends[0]`` (it reaches the box edge) where the other is closed;
+    ``ends_differ``: closed ends differ at ``ends`` by more than a quarter of the wider interval's width.
+    ``bootstrap`` and ``profile`` are the two intervals at ``level`` (a profile end None: open)."""
+
+    kind: Literal["open_end", "ends_differ"]
+    ends: tuple[End, ...]
+    bootstrap: tuple[float, float]
+    profile: tuple[float | None, float | None]
+    level: float
+    open_one: Literal["profile", "bootstrap"] | None = None
+
+
+@dataclass(frozen=True)
+class ProfileResult(Record):
+    """The profile-likelihood interval for φ (``fit.profile.profile_phi``): the grid ``phi``, the
+    least-squares ``objective`` (½·RSS of log loss) and ``deviance`` at each point, the χ²₁ ``threshold`` at
+    ``level``, the ``interval`` (an end None: ``open``), the least-squares ``phi_hat`` and ``rss_min``, and
+    whether it agrees with the bootstrap CI (None: no CI to compare; ``disagreement`` says how not)."""
+
+    phi: tuple[float, ...]
+    objective: tuple[float, ...]
+    deviance: tuple[float, ...]
+    threshold: float
+    level: float
+    interval: tuple[float | None, float | None]
+    open: tuple[bool, bool]
+    phi_hat: float
+    rss_min: float
+    n_runs: int
+    disjoint: bool
+    agrees_with_bootstrap: bool | None
+    disagreement: IntervalDisagreement | None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# fit.diagnostics
+
+Side = Literal["lower", "upper"]
+IdentificationVerdict = Literal["plain", "not_identified", "identified_given_shape", "identified"]
+
+
+@dataclass(frozen=True)
+class BoundsFound(Record):
+    """Parameters (labels: "E", "alpha", "phi", …) on an edge of the fit box: of the main fit, of each
+    joint form, and the share of bootstrap refits with each free parameter there."""
+
+    point: tuple[str, ...]
+    forms: dict[str, tuple[str, ...]]
+    bootstrap_share: dict[str, float]
+
+
+@dataclass(frozen=True)
+class IdentificationChecks(_Sparse):
+    """The identification checks made (``fit.diagnostics``); a check not made is None (left out)."""
+
+    OPTIONAL = (
+        "phi_at_bound",
+        "profile_open",
+        "bootstrap_ci_at_bound",
+        "bootstrap_phi_at_bound_share",
+        "interval_spans_0_and_1",
+    )
+
+    phi_at_bound: bool | None = None
+    profile_open: bool | None = None
+    bootstrap_ci_at_bound: bool | None = None
+    bootstrap_phi_at_bound_share: float | None = None
+    interval_spans_0_and_1: bool | None = None
+    shape_at_bound: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PhiFlag(_Sparse):
+    """One reason φ is not identified, with the numbers its sentence quotes (``present.fit_text``):
+
+    ``phi_at_bound``: the joint fit's ``phi`` on its ``side`` bound; ``profile_open``: the profile
+    ``interval`` is ``open`` (deviance under ``threshold`` to the edge); ``bootstrap_ci_at_bound``: the
+    bootstrap CI ``interval`` at ``level`` touches the box; ``bootstrap_share``: ``refits`` of ``resamples``
+    (``share``) put φ at a bound; ``spans_0_and_1``: the ``source`` interval holds both φ = 0 and φ = 1."""
+
+    OPTIONAL = (
+        "interval",
+        "phi",
+        "side",
+        "open",
+        "threshold",
+        "level",
+        "refits",
+        "resamples",
+        "share",
+        "source",
+    )
+
+    kind: Literal["phi_at_bound", "profile_open", "bootstrap_ci_at_bound", "bootstrap_share", "spans_0_and_1"]
+    interval: tuple[float | None, float | None] | None = None
+    phi: float | None = None
+    side: Side | None = None
+    open: tuple[bool, bool] | None = None
+    threshold: float | None = None
+    level: float | None = None
+    refits: int | None = None
+    resamples: int | None = None
+    share: float | None = None
+    source: Literal["bootstrap", "profile"] | None = None
+
+
+@dataclass(frozen=True)
+class ParamAtBound(Record):
+    """A parameter of the main fit other than φ on an edge of the fit box: its label and which edge."""
+
+    name: str
+    side: Side
+
+
+@dataclass(frozen=True)
+class FormRanking(Record):
+    """Two forms that R² and the minimised objective rank in opposite orders: ``worse`` has the worse
+    (higher) objective but the higher R²."""
+
+    worse: str
+    better: str
+    r2_worse: float
+    r2_better: float
+    objective_worse: float
+    objective_better: float
+
+
+@dataclass(frozen=True)
+class Diagnostics(Record):
+    """Is φ identified (``fit.diagnostics.diagnose``)? ``verdict`` is the code of the report's sentence
+    (``present.fit_text.identification_verdict``), the other fields the numbers it and the reasons quote:
+
+    ``phi_flags``: why φ is not identified, in the order checked; ``bounds``: the main fit's other
+    parameters on an edge; ``phi``: the joint fit's φ (None: the plain law); ``fixed_phi``: the main fit's φ
+    where it fixes one; ``bootstrap_ci`` at ``bootstrap_level`` and ``profile_interval``: the intervals the
+    verdict quotes; ``intervals_disagree``: they disagree; ``held``: labels of the parameters held fixed;
+    ``ranking``: a pair of forms R² ranks against the objective (None: none)."""
+
+    at_bound: BoundsFound
+    phi_identified: bool | None
+    checks: IdentificationChecks
+    verdict: IdentificationVerdict
+    phi_flags: tuple[PhiFlag, ...]
+    bounds: tuple[ParamAtBound, ...]
+    n_runs: int
+    phi: float | None
+    fixed_phi: float | None
+    bootstrap_ci: tuple[float, float] | None
+    bootstrap_level: float | None
+    profile_interval: tuple[float | None, float | None] | None
+    intervals_disagree: bool
+    held: tuple[str, ...]
+    ranking: FormRanking | None
+
+    @property
+    def shape(self) -> tuple[str, ...]:
+        """The shape parameters (E, α, β) on an edge: φ is then conditional on where the box was drawn."""
+        return self.checks.shape_at_bound
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The whole document (fit.protocol.Protocol.to_dict)
+
+
+@dataclass(frozen=True)
+class FitSummary(_Sparse):
+    """One fitted law as fit.json holds it (``fit.fitter.LawFit.to_dict``): its coefficients (A, B, E and
+    their logs a, b, e; φ for the joint forms; ``ext`` for an extension), the minimised objective (summed
+    Huber of log loss), R² on raw losses, the parameters on a box edge and those held (labels)."""
+
+    OPTIONAL = ("extension", "ext_label", "ext_ref", "phi", "ext")
+
+    form: str
+    law_form: str
+    E: float  # noqa: N815 - the law's names
+    A: float  # noqa: N815
+    B: float  # noqa: N815
+    alpha: float
+    beta: float
+    a: float
+    b: float
+    e: float
+    objective: float
+    grad_norm: float
+    r2: float
+    n_runs: int
+    restarts: int
+    starts_at_optimum: int
+    at_bound: tuple[str, ...]
+    held: tuple[str, ...]
+    extension: str | None = None
+    ext_label: str | None = None
+    ext_ref: float | None = None
+    phi: float | None = None
+    ext: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """In ``LawFit.to_dict``'s key order (the extension's names first, then the coefficients)."""
+        data = super().to_dict()
+        order = [
+            "form",
+            "law_form",
+            "extension",
+            "ext_label",
+            "ext_ref",
+            "E",
+            "A",
+            "B",
+            "alpha",
+            "beta",
+            "phi",
+        ]
+        order += ["a", "b", "e", "ext", "objective", "grad_norm", "r2", "n_runs", "restarts"]
+        order += ["starts_at_optimum", "at_bound", "held"]
+        return {k: data[k] for k in order if k in data}
+
+    @property
+    def coefficients(self) -> dict[str, float]:
+        """{E, A, B, alpha, beta[, phi][, ext]}: what ``fit.law.law_loss`` evaluates."""
+        coef = {"E": self.E, "A": self.A, "B": self.B, "alpha": self.alpha, "beta": self.beta}
+        coef |= {k: v for k, v in (("phi", self.phi), ("ext", self.ext)) if v is not None}
+        return coef
+
+
+@dataclass(frozen=True)
+class SkippedRun(Record):
+    """A run left out of the fit and why (a reason from the results table's reader)."""
+
+    run: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class TableSummary(Record):
+    """The runs fitted: how many, the loop counts and budgets (FLOPs), and those left out."""
+
+    n_runs: int
+    r: tuple[int, ...]
+    budgets: tuple[float, ...]
+    skipped: tuple[SkippedRun, ...]
+
+
+@dataclass(frozen=True)
+class TemplateInfo(Record):
+    """The architecture template behind the frontier: where it came from, whether it reproduces the runs'
+    sizes (None: the table has no widths to check), and the template itself (a ModelConfig mapping)."""
+
+    source: str
+    matches_table: bool | None
+    model: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ProtocolSettings(Record):
+    """How the protocol was run (``fit.protocol.run_protocol``'s arguments); ``huber_delta`` in log loss;
+    ``fixed`` and ``prior``: the parameters held (``fit.priors``)."""
+
+    law: str
+    fix_phi: float | None
+    restarts: int
+    bootstrap: int
+    bootstrap_restarts: int
+    seed: int
+    split: str
+    huber_delta: float
+    profile: bool
+    fixed: dict[str, Any]
+    prior: Any
+    template: TemplateInfo
+
+
+@dataclass(frozen=True)
+class BaselineValues(Record):
+    """Count-model cross-entropies of a dataset's validation targets (nats/token, ``data.baselines``)."""
+
+    unigram: float
+    bigram: float
+    val_tokens: int  # targets scored
+    train_tokens: int  # training target tokens counted
+    vocab_size: int
+
+
+@dataclass(frozen=True)
+class Baselines(_Sparse):
+    """The sweep's count baselines (``analysis.baselines``): their ``values`` and the ``dataset`` path
+    (relative to the report), or None with the ``note`` that says why they are not available."""
+
+    OPTIONAL = ("dataset",)
+
+    values: BaselineValues | None
+    note: str | None
+    dataset: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """In the key order fit.json has held (values, dataset, note)."""
+        data = super().to_dict()
+        return {k: data[k] for k in ("values", "dataset", "note") if k in data}
+
+
+@dataclass(frozen=True)
+class PeakLoad(Record):
+    """The machine's load while its fp32 peak was probed: 1-minute load average (None: not recorded) and
+    cores."""
+
+    load_1min: float | None
+    cores: int
+
+
+@dataclass(frozen=True)
+class MachineUse(Record):
+    """How well a sweep used its machine (``analysis.machine.machine_use``): training FLOPs of the finished
+    runs, their summed process wall time (s), the per-run overhead share, the busy wall time (s) of the
+    ``timed_runs`` and the FLOP/s achieved over it against the probed fp32 matmul peak; ``utilisation`` is
+    None when the peak was probed on a loaded machine (``peak_load``)."""
+
+    runs: int
+    flops: float
+    sum_run_wall_s: float
+    overhead_share: float | None
+    timed_runs: int
+    busy_wall_s: float | None
+    achieved_flops_per_s: float | None
+    peak_flops_per_s: float | None
+    peak_load: PeakLoad | None
+    utilisation: float | None
+
+
+@dataclass(frozen=True)
+class ProtocolResult(_Sparse):
+    """The fitting protocol's document (fit.json), read once by the analysis and rendered by report/.
+
+    ``ci``: the reported CIs of the coefficients, ``ci_method`` how φ's was made, ``ci_secondary`` φ's other
+    intervals; the fits (``fit``, ``forms``, ``per_r``, ``budget_halves``) as ``FitSummary``; ``notes``:
+    parts the table could not support, with why. ``baselines`` and ``machine_use`` are the analysis's
+    additions (``analysis.baselines``, ``analysis.machine``), left out of a ``loopscale fit`` document."""
+
+    OPTIONAL = ("baselines", "machine_use")
+
+    law_check: LawCheck | None
+    form: str
+    fit: FitSummary
+    ci: dict[str, tuple[float, float]]
+    ci_method: str | None
+    ci_secondary: dict[str, tuple[float | None, float | None] | None]
+    random_effects_bootstrap: RandomEffectsBootstrap | None
+    forms: dict[str, FitSummary]
+    per_r: dict[str, FitSummary]
+    residuals: Residuals
+    bootstrap: CellBootstrap | None
+    budget_halves: dict[str, FitSummary]
+    loop_worth: tuple[LoopWorth, ...]
+    compute_optimal: Frontier | None
+    compute_optimal_per_r_law: dict[str, FrontierEntry] | None
+    cell_minima: tuple[CellMinimum, ...]
+    cell_gaps: tuple[CellGap, ...]
+    table: TableSummary
+    settings: ProtocolSettings
+    notes: tuple[str, ...]
+    diagnostics: Diagnostics
+    profile: ProfileResult | None
+    schema: int
+    baselines: Baselines | None = None
+    machine_use: MachineUse | None = None
+
+    @property
+    def phi_identified(self) -> bool | None:
+        return self.diagnostics.phi_identified
+
+    @property
+    def phi_ci(self) -> tuple[float, float] | None:
+        """φ's reported CI (``ci_method`` says how it was made); None without one."""
+        return self.ci.get("phi")
