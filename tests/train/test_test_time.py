@@ -73,7 +73,7 @@ def _arm(tmp_path: Path, finished: Path, monkeypatch) -> tuple[Path, Path]:
     shutil.copytree(finished, base / "runs" / "main")
     (base / "runs" / "main" / "model.safetensors").unlink()
     (arm / "price.json").write_text("{}")
-    row = SimpleNamespace(budget=1.0, width=32, r=4, seed=0)
+    row = SimpleNamespace(budget=1.0, width=32.0, r=4.0, seed=0.0)  # as a results table holds them
     result = SimpleNamespace(recipe="sampled-depth", base="../base", effects=SimpleNamespace(pairs=[row]))
     monkeypatch.setattr("loopscale.analysis.price.read_price", lambda path: result)
     monkeypatch.setattr(

@@ -53,7 +53,8 @@ def test_time_lines(depth: TestTimeDepth) -> list[str]:
 @dataclass
 class TestTimeDisplay:
     """Val loss against test-time loop count: one panel per trained r, the mean change from the trained r
-    over the pairs (base grey, recipe coloured), 95% t error bars. Display style: ``from_result(depth)``,
+    over the pairs (base grey, recipe coloured), 95% t error bars, y linear within ±0.01 nats and
+    logarithmic beyond. Display style: ``from_result(depth)``,
     ``plot()``, ``save(stem)``."""
 
     __test__ = False
@@ -88,6 +89,8 @@ class TestTimeDisplay:
             ax.axvline(curve.train_r, color="black", lw=0.6, ls=":")
             ax.axhline(0.0, color="black", lw=0.6)
             ax.set_xscale("log", base=2)
+            # one loop costs tenths of a nat, more loops thousandths: a linear scale near 0 shows both
+            ax.set_yscale("symlog", linthresh=0.01, linscale=1.5)
             ax.minorticks_off()
             ax.set_xticks(x, [str(t) for t in curve.test_r])
             ax.set_xlabel("test-time loops")

@@ -17,7 +17,8 @@ def caption(path) -> str:
         "grow with r, an offset is flat, a token gain follows the token part.",
         "loss_by_test_time_r": "Loops at test time: per trained r, the mean over the pairs of the val loss at"
         " each test-time loop count minus the val loss at the trained r (dotted line), for the base (grey) "
-        "and the recipe (red), with 95% t error bars over the pairs.",
+        "and the recipe (red), with 95% t error bars over the pairs; y is linear within ±0.01 nats and "
+        "logarithmic beyond.",
         "excess_by_width": "Is it one constant? The excess of every seed-matched pair beyond the base law's "
         "token part against width (log x; colour: r, r = 1 pairs hollow), the mean per (r, width) "
         "cluster, and the slope of the excess left beyond the chosen model along log width with its "
