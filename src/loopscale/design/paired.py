@@ -107,7 +107,7 @@ def pick_pairs(
         )
     g, c = np.asarray(slope, float), np.asarray(cost, float)
     # the (r, width) groups the base law's misfit τ was estimated on
-    cluster = effect_groups(base)["r_width"].argmax(axis=1)
+    cluster = effect_groups(base).r_width.argmax(axis=1)
     quantile = float(norm.ppf(0.975) if df is None else student_t.ppf(0.975, df))
 
     def variances(rows: list[int]) -> tuple[float, float]:
