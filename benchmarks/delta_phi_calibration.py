@@ -32,7 +32,7 @@ import numpy as np
 
 from loopscale.fit import load_table
 from loopscale.fit.bootstrap import (
-    _group_index,
+    EffectGroups,
     effect_groups,
     law_jacobian,
     simulate_tables,
@@ -73,10 +73,10 @@ def simulate(base: RunTable, variant: RunTable, fit, delta: float, components: d
     r, width, budget = (
         np.concatenate([getattr(base, c), getattr(variant, c)]) for c in ("r", "width", "budget")
     )
-    groups = {
-        "r_width": _group_index([(a, int(k), float(w)) for a, k, w in zip(arm, r, width)]),
-        "cell": _group_index([(a, float(c), int(k)) for a, c, k in zip(arm, budget, r)]),
-    }
+    groups = EffectGroups.from_keys(
+        [(a, int(k), float(w)) for a, k, w in zip(arm, r, width)],
+        [(a, float(c), int(k)) for a, c, k in zip(arm, budget, r)],
+    )
     loss = np.exp(simulate_tables(log_pred, groups, components, 1, rng)[0])
     n = len(base)
     return dataclasses.replace(base, loss=loss[:n]), dataclasses.replace(variant, loss=loss[n:])

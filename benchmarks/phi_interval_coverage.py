@@ -38,7 +38,7 @@ def simulate(table: RunTable, truth_loss: np.ndarray, rng, tau_rw: float, tau_ce
     loss = truth_loss + rng.normal(0.0, sigma, len(table))
     for name, tau in (("r_width", tau_rw), ("cell", tau_cell)):
         if tau > 0:
-            z = groups[name]
+            z = getattr(groups, name)
             loss = loss + z @ rng.normal(0.0, tau, z.shape[1])
     from dataclasses import replace
 

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loopscale.fit import load_table, run_protocol
-from loopscale.fit.diagnostics import bootstrap_bound_share, diagnose, form_ranking
+from loopscale.fit.diagnostics import _bootstrap_bound_share, diagnose, form_ranking
 from loopscale.fit.fitter import LawFit
 from loopscale.fit.law import LOWER, PARAM_LABELS, PARAMS, PHI, UPPER, at_bound, bound_names, law_loss
 from loopscale.fit.profile import compare_intervals, profile_phi
@@ -261,7 +261,7 @@ def test_at_bound_names_exactly_the_parameters_put_on_an_edge(u, which, upper):
 
 def test_bootstrap_share_counts_rows_at_a_bound():
     boot = _bootstrap([3.0, 0.5, 0.5, -3.0])
-    share = bootstrap_bound_share(boot, np.ones(6, dtype=bool))
+    share = _bootstrap_bound_share(boot, np.ones(6, dtype=bool))
     assert share == {"A": 0.0, "B": 0.0, "E": 0.0, "alpha": 0.0, "beta": 0.0, "phi": 0.5}
     assert list(PARAMS) == ["a", "b", "e", "alpha", "beta", "phi"]
 

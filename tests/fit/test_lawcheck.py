@@ -132,7 +132,7 @@ def test_replicate_noise_and_lack_of_fit_match_a_hand_computation():
 @given(st.lists(st.floats(-1, 1), min_size=24, max_size=24), st.floats(0.1, 3))
 def test_decomposition_shares_are_fractions_and_find_a_pure_r_by_width_effect(effects, scale):
     table = load_table(_rows())
-    groups = effect_groups(table)["r_width"]
+    groups = effect_groups(table).r_width
     assert groups.shape[1] == 3 * len(set(table.width.tolist()))  # r × width groups: 3 r × 8 widths
     effect = np.asarray(effects) * scale
     resid = groups @ effect
@@ -147,8 +147,8 @@ def test_variance_components_recover_a_crossed_random_effect():
     table = load_table(simulated_grid())
     groups = effect_groups(table)
     truth = {"r_width": 0.02, "cell": 0.0, "iid": 0.01}
-    resid = rng.normal(0, truth["iid"], len(table)) + groups["r_width"] @ rng.normal(
-        0, truth["r_width"], groups["r_width"].shape[1]
+    resid = rng.normal(0, truth["iid"], len(table)) + groups.r_width @ rng.normal(
+        0, truth["r_width"], groups.r_width.shape[1]
     )
     comps = variance_components(resid, groups, np.ones((len(table), 1)))
     assert math.sqrt(comps["r_width"]) == pytest.approx(0.02, rel=0.4)
@@ -220,7 +220,7 @@ def test_random_effects_bootstrap_widens_under_a_shared_effect():
     rng = np.random.default_rng(5)
     rows = _rows()
     table = load_table(rows)
-    groups = effect_groups(table)["r_width"]
+    groups = effect_groups(table).r_width
     shared = groups @ rng.normal(0, 0.03, groups.shape[1])
     iid_rows = [dict(r, loss=r["loss"] + 0.01 * rng.standard_normal()) for r in rows]
     shared_rows = [dict(r, loss=r["loss"] + s + 0.01 * rng.standard_normal()) for r, s in zip(rows, shared)]

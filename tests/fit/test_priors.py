@@ -21,7 +21,7 @@ from loopscale.fit.bootstrap import random_effects_bootstrap
 from loopscale.fit.diagnostics import diagnose
 from loopscale.fit.fitter import fit_law
 from loopscale.fit.law import law_loss
-from loopscale.fit.priors import build_held
+from loopscale.fit.priors import FixedSettings, build_held, fixed_settings
 from loopscale.fit.profile import profile_phi
 
 TRUTH = {"A": 28.027, "alpha": 0.19924, "B": 915.82, "beta": 0.36863, "E": 1.56773, "phi": 0.459}
@@ -198,6 +198,16 @@ def test_fit_json_records_fixed_values_and_source(propagated):
     assert f"alpha = 0.19924 ({prior})" in text and f"prior {prior}: alpha, beta, E resampled" in text
     assert "(given E, α and β held fixed, not fitted)" in text.splitlines()[0]
     assert "no law check" not in text  # --no-law-check: no note needed
+
+
+def test_fixed_settings_keep_the_order_given_and_read_back():
+    held = build_held({"B": 900.0, "A": 28.0}, "paper", phi_fixed=True)
+    fixed = fixed_settings(held, 0.45)
+    doc = fixed.to_dict()
+    assert list(doc) == ["B", "A", "alpha", "beta", "E", "phi"]  # --fix's order, the prior's, φ last
+    assert doc["alpha"] == {"value": 0.19924, "source": "paper"} and doc["phi"]["source"] == "--fix"
+    assert FixedSettings.from_dict(json.loads(json.dumps(doc))) == fixed
+    assert fixed_settings(None, None).to_dict() == {}
 
 
 def test_prior_paper_is_held_exactly_and_says_so(tmp_path, table_csv):

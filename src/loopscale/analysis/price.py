@@ -154,7 +154,6 @@ def _look(
 
 def price(settings: PriceSettings, echo=print) -> PriceResult:
     """The whole workflow (module docstring) → price.json's document (written after every look)."""
-    from loopscale.config import from_dict
     from loopscale.data import prepare_default
     from loopscale.fit.table import load_table
     from loopscale.io import atomic_write_json, check_output
@@ -162,7 +161,6 @@ def price(settings: PriceSettings, echo=print) -> PriceResult:
     from loopscale.sweep.plan import plan_sweep
     from loopscale.sweep.rundir import SPEC_FILE, open_sweep, run_state
     from loopscale.sweep.runner import run_sweep, with_data
-    from loopscale.sweep.spec import SweepSpec
 
     settings.validate()
     check_output(settings.out, "--out", folder=True, kind="sweep")
@@ -187,9 +185,7 @@ def price(settings: PriceSettings, echo=print) -> PriceResult:
         effects=None,
     )
     for k, n in enumerate(looks.counts):
-        spec = from_dict(
-            SweepSpec, variant_spec(schedule.pairs, settings.recipe, name, runs=schedule.order[:n]), name
-        )
+        spec = variant_spec(schedule.pairs, settings.recipe, name, runs=schedule.order[:n])
         if data is None:
             data = prepare_default(
                 settings.data_root, vocab_size=spec.model["vocab_size"], seq_len=spec.model["seq_len"]

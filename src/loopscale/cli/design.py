@@ -227,8 +227,7 @@ def run_paired_design(args: argparse.Namespace) -> int:
     require_input(args.reuse, "--reuse base sweep", folder=True)
     if args.from_dir is not None:
         raise UserError("--reuse picks a variant's cells against a finished base; it does not take --from")
-    import yaml
-
+    from loopscale.config import dump_yaml, to_dict
     from loopscale.design.paired import plan_lines, plan_pairs, power_beyond_offset, variant_spec
     from loopscale.io import atomic_write_json, atomic_write_text
 
@@ -239,7 +238,7 @@ def run_paired_design(args: argparse.Namespace) -> int:
     name = f"{args.reuse.name}-{args.recipe}-paired"
     spec = variant_spec(plan, args.recipe, name)
     if args.out is not None:
-        atomic_write_text(args.out, yaml.safe_dump(spec, sort_keys=False))
+        atomic_write_text(args.out, dump_yaml(spec))
         print(f"wrote {args.out} (run it with `loopscale sweep {args.out} --out SWEEP_DIR`)")
     if args.json_out is not None:
         t, picked = plan.table, plan.picked
@@ -260,7 +259,7 @@ def run_paired_design(args: argparse.Namespace) -> int:
             "cost_unit": plan.cost_unit,
             "sigma_pair": plan.sigma_pair,
             "power_beyond_offset": {f"{d:+.2f}": power_beyond_offset(d, picked.se) for d in (-0.08, 0.19)},
-            "spec": spec,
+            "spec": to_dict(spec),
         }
         atomic_write_json(args.json_out, doc)
         print(f"wrote {args.json_out}")

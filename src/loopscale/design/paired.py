@@ -30,6 +30,7 @@ import numpy as np
 from scipy.stats import norm
 from scipy.stats import t as student_t
 
+from loopscale.config import from_dict
 from loopscale.design.results import PairPick
 from loopscale.errors import UserError
 from loopscale.fit.bootstrap import effect_groups
@@ -37,6 +38,7 @@ from loopscale.fit.effect_rule import TEST_LEVEL, known_covariance, known_sandwi
 from loopscale.fit.results import RunNoise
 from loopscale.fit.table import RunTable
 from loopscale.recipes import RECIPES
+from loopscale.sweep.spec import SweepSpec
 
 if TYPE_CHECKING:
     from loopscale.fit.fitter import LawFit
@@ -107,7 +109,7 @@ def pick_pairs(
         )
     g, c = np.asarray(slope, float), np.asarray(cost, float)
     # the (r, width) groups the base law's misfit τ was estimated on
-    cluster = effect_groups(base)["r_width"].argmax(axis=1)
+    cluster = effect_groups(base).r_width.argmax(axis=1)
     quantile = float(norm.ppf(0.975) if df is None else student_t.ppf(0.975, df))
 
     def variances(rows: list[int]) -> tuple[float, float]:
@@ -222,10 +224,10 @@ def plan_pairs(
     return PairPlan(table, fit, noise, sigma_pair, cluster_sd, picked, base.spec, unit)
 
 
-def variant_spec(plan: PairPlan, recipe: str, name: str, runs: list[int] | None = None) -> dict:
-    """A sweep spec in its YAML form (the mapping ``yaml.safe_dump`` writes and ``config.from_dict`` parses)
-    of the variant runs at the picked cells (``runs``: these rows of the base table instead, in this order):
-    the base's template, recipe and data, one group per pair so each run keeps the base run's seed."""
+def variant_spec(plan: PairPlan, recipe: str, name: str, runs: list[int] | None = None) -> SweepSpec:
+    """The sweep of the variant runs at the picked cells (``runs``: these rows of the base table instead, in
+    this order): the base's template, recipe and data, one group per pair so each run keeps the base run's
+    seed."""
     if recipe not in RECIPES:
         raise UserError(f"unknown recipe {recipe!r}; choose one of {', '.join(RECIPES)}")
     t, base = plan.table, plan.spec
@@ -240,7 +242,8 @@ def variant_spec(plan: PairPlan, recipe: str, name: str, runs: list[int] | None 
         for k, i in enumerate(plan.picked.runs if runs is None else runs)
     ]
     keys = ("batch_tokens", "model", "train", "nproc")
-    return {"name": name, **{k: base[k] for k in keys if k in base}, "groups": groups}
+    data = {"name": name, **{k: base[k] for k in keys if k in base}, "groups": groups}
+    return from_dict(SweepSpec, data, name)
 
 
 def plan_lines(plan: PairPlan) -> list[str]:

@@ -15,6 +15,7 @@ far each end could move with another draw of the same number of resamples (its M
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.stats import binom
@@ -257,6 +258,27 @@ def _group_index(keys: list[tuple]) -> np.ndarray:
     return z
 
 
+@dataclass(frozen=True)
+class EffectGroups:
+    """The error groups the random-effects model allows for, as 0/1 indicator matrices [runs, groups].
+
+    ``r_width``: runs of one loop count and one width across budgets; ``cell``: runs of one (budget, r) cell
+    (None where the table has no budgets). fit.compare keys both by arm as well.
+    """
+
+    r_width: np.ndarray
+    cell: np.ndarray | None = None
+
+    @classmethod
+    def from_keys(cls, r_width: list[tuple], cell: list[tuple] | None = None) -> EffectGroups:
+        """The groups of runs that share a key: one key per run for each kind of group."""
+        return cls(_group_index(r_width), None if cell is None else _group_index(cell))
+
+    def items(self) -> list[tuple[str, np.ndarray]]:
+        """(name, indicator matrix) of each group present, (r, width) first (REML's and the draws' order)."""
+        return [(name, z) for name, z in (("r_width", self.r_width), ("cell", self.cell)) if z is not None]
+
+
 def run_widths(table: RunTable) -> np.ndarray:
     """Each run's width, or where the table has none the non-looped twin's size N_once + r·N_rec, which
     labels the width just as well (it is the same for every r at one width of an iso-depth grid)."""
@@ -265,18 +287,12 @@ def run_widths(table: RunTable) -> np.ndarray:
     return np.round(table.n_once + table.r * table.n_rec)
 
 
-def effect_groups(table: RunTable) -> dict[str, np.ndarray]:
-    """Indicator matrices of the error groups the random-effects model allows for (a leaf table of
-    numerics: group name → [runs, groups] 0/1 matrix).
-
-    "r_width": runs of one loop count and one width (across budgets; the width is the non-looped twin's
-    size N_once + r·N_rec where the table has no width column); "cell": runs of one (budget, r) cell.
-    """
+def effect_groups(table: RunTable) -> EffectGroups:
+    """The error groups of ``table``'s runs: (r, width) across budgets, the width being the non-looped
+    twin's size N_once + r·N_rec where the table has no width column, and (budget, r) cells."""
     width = run_widths(table)
-    groups = {"r_width": _group_index([(int(r), float(w)) for r, w in zip(table.r, width)])}
-    if table.has_budget:
-        groups["cell"] = _group_index([(float(b), int(r)) for b, r in zip(table.budget, table.r)])
-    return groups
+    cells = [(float(b), int(r)) for b, r in zip(table.budget, table.r)] if table.has_budget else None
+    return EffectGroups.from_keys([(int(r), float(w)) for r, w in zip(table.r, width)], cells)
 
 
 def law_jacobian(fit: LawFit, table: RunTable) -> np.ndarray:
@@ -298,23 +314,22 @@ def design_jacobian(theta: np.ndarray, design: Design, free: np.ndarray) -> np.n
     return np.column_stack(cols)
 
 
-def variance_components(
-    resid: np.ndarray, groups: dict[str, np.ndarray], jacobian: np.ndarray
-) -> dict[str, float]:
+def variance_components(resid: np.ndarray, groups: EffectGroups, jacobian: np.ndarray) -> dict[str, float]:
     """REML estimates of the error variances: one random effect per group of ``groups`` plus an iid term.
 
     ``resid`` [n] are log-loss residuals of a fit whose linearisation is ``jacobian`` [n, p]; REML takes the
     p fitted directions out of the likelihood (only the column space of the Jacobian matters). Returns
-    {name: variance} in squared log-loss units, "iid" included: a leaf table keyed by the caller's groups
-    (``effect_groups``' or fit.compare's per-arm ones).
+    {name: variance} in squared log-loss units, one per group present and "iid": a leaf table keyed by the
+    ``EffectGroups`` field names.
     """
     from scipy.linalg import cho_factor, cho_solve
     from scipy.optimize import minimize as scipy_minimize
 
     n = len(resid)
     basis, _ = np.linalg.qr(jacobian)
-    names = [*groups, "iid"]
-    kernels = [z @ z.T for z in groups.values()] + [np.eye(n)]
+    present = groups.items()
+    names = [name for name, _ in present] + ["iid"]
+    kernels = [z @ z.T for _, z in present] + [np.eye(n)]
     scale = max(float(np.mean(resid**2)), 1e-30)
 
     def neg_reml(log_var: np.ndarray) -> float:
@@ -342,13 +357,13 @@ def variance_components(
 
 def simulate_tables(
     log_pred: np.ndarray,
-    groups: dict[str, np.ndarray],
+    groups: EffectGroups,
     components: dict,
     count: int,
     rng: np.random.Generator,
 ) -> np.ndarray:
     """``count`` tables of log losses [count, n]: ``log_pred`` plus fresh random effects, one per group of
-    ``groups`` (indicator matrices) with the variances ``components`` (squared log loss, "iid" included)."""
+    ``groups`` with the variances ``components`` (squared log loss, "iid" included)."""
     sims = np.tile(log_pred, (count, 1))
     for name, z in groups.items():
         sims += rng.normal(0.0, math.sqrt(components[name]), (count, z.shape[1])) @ z.T

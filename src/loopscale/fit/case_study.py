@@ -182,7 +182,7 @@ def compare_arms(
             resamples=resamples,
             form=form,
             noise=noise,
-            fixed=fixed_settings(held, None),
+            fixed=fixed_settings(held, None).to_dict(),
             prior=None if held is None else held.prior,
         ),
         notes=tuple(notes),

@@ -45,6 +45,7 @@ from loopscale.fit.bootstrap import (
     BOOTSTRAP_RESTARTS,
     CI_LEVEL,
     REFIT_BATCH,
+    EffectGroups,
     _draw_cells,
     _validator,
     cell_weights,
@@ -52,6 +53,7 @@ from loopscale.fit.bootstrap import (
     held_rows,
     percentile_ci,
     refit_weighted,
+    run_widths,
     sd_end_ranges,
     simulate_tables,
     variance_components,
@@ -270,20 +272,18 @@ def _f_test(full: SharedModel, null: SharedModel, theta: np.ndarray, n: int, see
     return FTest(float(stat), (extra, df), float(f_dist.sf(stat, extra, df)) if df > 0 else None)
 
 
-def _arm_groups(arms: Arms) -> dict[str, np.ndarray]:
-    """Indicator matrices of the random-effects groups, per arm: an (arm, r, width) effect across budgets and
+def _arm_groups(arms: Arms) -> EffectGroups:
+    """The random-effects groups, per arm: an (arm, r, width) effect across budgets and
     an (arm, budget, r) cell effect (the r = 1 anchors belong to the base arm). Per arm, not shared: a misfit
     of the law that both arms share would cancel in Δφ, but one the variant does not share would not, and
     the data cannot tell the two apart well enough to lean on it (an interval that assumed sharing covered
     the true Δφ in 36 of 40 simulated tables whose misfits were unrelated)."""
-    from loopscale.fit.bootstrap import _group_index, run_widths
-
     t, arm = arms.table, arms.variant.astype(int)
     width = run_widths(t)
-    return {
-        "r_width": _group_index([(a, int(r), float(w)) for a, r, w in zip(arm, t.r, width)]),
-        "cell": _group_index([(a, float(b), int(r)) for a, b, r in zip(arm, t.budget, t.r)]),
-    }
+    return EffectGroups.from_keys(
+        [(a, int(r), float(w)) for a, r, w in zip(arm, t.r, width)],
+        [(a, float(b), int(r)) for a, b, r in zip(arm, t.budget, t.r)],
+    )
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ SHAPE = ("E", "alpha", "beta")
 Bootstrap = CellBootstrap | RandomEffectsBootstrap
 
 
-def bootstrap_bound_share(bootstrap: Bootstrap, free: np.ndarray) -> dict[str, float]:
+def _bootstrap_bound_share(bootstrap: Bootstrap, free: np.ndarray) -> dict[str, float]:
     """Share of bootstrap refits with each free parameter at a bound ({label: share}): a leaf table."""
     samples = bootstrap.samples
     n = len(samples["e"])
@@ -66,7 +66,7 @@ def diagnose(
     profile: ProfileResult | None,
 ) -> Diagnostics:
     """The ``diagnostics`` of a protocol run (see the module docstring and docs/fitting.md)."""
-    share = bootstrap_bound_share(bootstrap, main.free) if bootstrap else {}
+    share = _bootstrap_bound_share(bootstrap, main.free) if bootstrap else {}
     return diagnosis(main, forms, bootstrap, profile, share)
 
 

@@ -223,6 +223,16 @@ class Calibration(Record):
 
 
 @dataclass(frozen=True)
+class TruthCalibration(Record):
+    """One row of the calibration table (``fit.effect_rule.calibrate``): the truth's label ("tokens only", a
+    model, "delta phi = +0.19") and the rule on tables simulated under it. ``PairedEffects.calibration``
+    keys these rows by label."""
+
+    label: str
+    calibration: Calibration
+
+
+@dataclass(frozen=True)
 class PredictedShift(Record):
     """Per (budget, r): N*(variant) / N*(base) each model predicts (where both vertices are bracketed)."""
 

@@ -40,7 +40,7 @@ import numpy as np
 from scipy.stats import chi2
 from scipy.stats import t as t_dist
 
-from loopscale.fit.effect_results import Calibration
+from loopscale.fit.effect_results import Calibration, TruthCalibration
 from loopscale.fit.rule_results import NoiseComponents, Truth
 
 TERMS = ("every", "offset", "delta_phi")  # a constant on every pair, a constant on looped pairs, Δφ
@@ -315,15 +315,15 @@ def truths(available: tuple[str, ...], fitted: dict) -> list[Truth]:
 
 def calibrate(
     sim: Simulator, rule: Rule, fitted: dict, count: int, rng: np.random.Generator
-) -> dict[str, Calibration]:
-    """What the rule says when each row of ``truths`` is the truth, on ``count`` simulated tables: the share
-    per chosen model, wrong attribution (a term named that the truth does not have), disagreement (a named
-    term whose printed interval, estimate ± c·SE, holds 0: the rule and its interval at odds), power (the
-    true model named), each true term's power (named, alone or with others) and coverage (the true model's
-    interval holding the true value, per term)."""
+) -> tuple[TruthCalibration, ...]:
+    """What the rule says when each row of ``truths`` is the truth, on ``count`` simulated tables, one row
+    per truth in ``truths``' order: the share per chosen model, wrong attribution (a term named that the
+    truth does not have), disagreement (a named term whose printed interval, estimate ± c·SE, holds 0: the
+    rule and its interval at odds), power (the true model named), each true term's power (named, alone or
+    with others) and coverage (the true model's interval holding the true value, per term)."""
     names = [TOKENS_ONLY, *(model_name(m) for m in submodels(rule.available)), UNATTRIBUTED]
     terms_of = {model_name(m): m for m in submodels(rule.available)}
-    out = {}
+    out = []
     for row in truths(rule.available, fitted):
         change, pick = sim.tables(row.truth, count, rng)
         run = run_rule(sim, rule, change, pick)
@@ -348,7 +348,7 @@ def calibrate(
                 c = rule.term[true_terms][t]
                 coverage[t] = float(np.mean(np.abs(beta[:, j] - row.truth[t]) <= c * se[:, j]))
         true_name = model_name(tuple(row.truth))
-        out[row.label] = Calibration(
+        calibration = Calibration(
             model=true_name,
             truth=dict(row.truth),
             chosen={name: float(np.mean(chosen == name)) for name in names},
@@ -358,7 +358,8 @@ def calibrate(
             term_power={t: float(named[t].mean()) for t in row.truth if t in named},
             coverage=coverage,
         )
-    return out
+        out.append(TruthCalibration(row.label, calibration))
+    return tuple(out)
 
 
 # Webb's six-point weights (±√1.5, ±1, ±√0.5, each 1/6): with a dozen clusters Rademacher weights give only

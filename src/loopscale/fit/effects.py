@@ -433,7 +433,10 @@ def analyse_pairs(
         "errors": {"kind": "cluster-robust"}
         if seed_noise is None
         else {"kind": "known", "sd": seed_noise["sd"], "cluster_sd": seed_noise["cluster_sd"], "df": t_df},
-        "calibration": calibrate(sim, rule, coefs, simulations, np.random.default_rng(seed + 23)),
+        "calibration": {
+            row.label: row.calibration
+            for row in calibrate(sim, rule, coefs, simulations, np.random.default_rng(seed + 23))
+        },
         "predicted_shift": _predicted_shifts(pairs, law, {model_name(m): f for m, f in fits.items()}),
         "simulations": simulations,
         "t_df": t_df,

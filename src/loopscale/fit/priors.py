@@ -18,11 +18,13 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from loopscale.errors import UserError
 from loopscale.fit.law import LOWER, PARAMS, UPPER
+from loopscale.fit.results import Record, RecordError
 from loopscale.fit.table import RunTable
 
 #: How ``--fix`` names the parameters (as reports do) → their θ names (``law.PARAMS``).
@@ -113,16 +115,44 @@ class Held:
             for k, v in self.draws.items()
         }
 
-    def settings(self, fix_phi: float | None) -> dict[str, dict]:
-        """``settings.fixed``: {label: {"value", "source"}} (φ included when the form fixes it)."""
-        out = {k: {"value": v, "source": self.sources[k]} for k, v in self.values.items()}
-        if fix_phi is not None:
-            out["phi"] = {"value": fix_phi, "source": self.sources.get("phi", "fix_phi")}
-        return out
+
+@dataclass(frozen=True)
+class HeldSetting(Record):
+    """One held parameter: its label (E, A, B, alpha, beta, phi), value (natural units) and where it came
+    from ("--fix", "paper", the FIT.json path as given, or "fix_phi")."""
+
+    label: str
+    value: float
+    source: str
 
 
-def fixed_settings(held: Held | None, fix_phi: float | None) -> dict[str, dict]:
-    return (held or Held({}, {})).settings(fix_phi)
+@dataclass(frozen=True)
+class FixedSettings(Record):
+    """``settings.fixed`` of fit.json and compare.json: the held parameters, in the order they were given
+    (φ last). Those documents hold it keyed by label, {label: {"value", "source"}}: ``to_dict`` and
+    ``from_dict`` read and write that form, so its key order is the order given."""
+
+    held: tuple[HeldSetting, ...] = ()
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        return {h.label: {"value": h.value, "source": h.source} for h in self.held}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str | None = None) -> FixedSettings:
+        where = where or cls.__name__
+        if not isinstance(data, dict):
+            raise RecordError(f"{where}: expected a mapping of held parameters, got {type(data).__name__}")
+        rows = (HeldSetting.from_dict({"label": k, **v}, f"{where}.{k}") for k, v in data.items())
+        return cls(tuple(rows))
+
+
+def fixed_settings(held: Held | None, fix_phi: float | None) -> FixedSettings:
+    """The parameters ``held`` holds, and φ where the form fixes it at ``fix_phi``."""
+    held = held or Held({}, {})
+    rows = [HeldSetting(k, v, held.sources[k]) for k, v in held.values.items()]
+    if fix_phi is not None:
+        rows.append(HeldSetting("phi", fix_phi, held.sources.get("phi", "fix_phi")))
+    return FixedSettings(tuple(rows))
 
 
 def fixed_lines(fixed: dict[str, dict], prior: dict | None) -> list[str]:

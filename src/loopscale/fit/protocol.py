@@ -412,7 +412,7 @@ def run_protocol(
         "split": split,
         "huber_delta": HUBER_DELTA,
         "profile": bool(profile and law == "joint"),
-        "fixed": fixed_settings(held, fix_phi),
+        "fixed": fixed_settings(held, fix_phi).to_dict(),
         "prior": None if held is None else held.prior,
         "template": {
             "source": template_source,
