@@ -12,6 +12,7 @@ import pytest
 from loopscale.fit.protocol import read_protocol
 from loopscale.fit.protocol_results import ProtocolResult
 from loopscale.fit.results import RecordError
+from loopscale.present.fit_text import minimum_miss_text
 from loopscale.present.identification import (
     disagreement_text,
     identification_reasons,
@@ -34,6 +35,8 @@ def test_a_published_fit_json_says_what_its_sentences_said(name):
     assert identification_reasons(result.diagnostics) == old["reasons"]
     assert objective_note(result.diagnostics.ranking) == old["objective_note"]
     assert result.phi_identified is old["phi_identified"]
+    said = [m.get("reason") for m in doc["cell_minima"]]
+    assert [m.reason and minimum_miss_text(m.reason) for m in result.cell_minima] == said
     if doc["profile"] is not None:
         assert profile_method() == doc["profile"]["method"]
         said = doc["profile"]["disagreement"]

@@ -55,9 +55,9 @@ def simulate(
             table = cands.table(design.idx, loss, design.replicates)
             fit = fit_law(table, restarts=restarts, seed=seed + j, held=held)
             boot = bootstrap_fit(fit, table, resamples=bootstrap, restarts=bootstrap_restarts, seed=seed + j)
-            ci = boot["ci"]
+            ci = boot.ci
             lo, hi = ci["phi"]
-            phis = boot["samples"]["phi"]
+            phis = boot.samples["phi"]
             thetas = np.zeros((len(phis), len(PARAMS)))
             thetas[:, PHI] = phis
             phi_bound.append(at_bound(thetas)[:, PHI])

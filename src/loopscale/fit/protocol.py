@@ -38,7 +38,6 @@ from loopscale.fit.profile import compare_intervals, profile_phi
 from loopscale.fit.protocol_results import (
     BoundsFound,
     CellBootstrap,
-    CellGap,
     CellMinimum,
     Diagnostics,
     FitSummary,
@@ -158,7 +157,7 @@ class Protocol:
             compute_optimal=self.compute_optimal,
             compute_optimal_per_r_law=self.compute_optimal_per_r_law,
             cell_minima=self.cell_minima,
-            cell_gaps=tuple(CellGap.from_dict(row) for row in cell_gaps(self.cell_minima)),
+            cell_gaps=cell_gaps(self.cell_minima),
             table=TableSummary.from_dict(self.table_summary, "table"),
             settings=ProtocolSettings.from_dict(self.settings, "settings"),
             notes=tuple(self.notes),
@@ -178,7 +177,9 @@ def read_protocol(doc: dict) -> ProtocolResult:
     """fit.json as the report reads it: the current form as it is; a document written before the protocol's
     records (no "schema") converted: its sentences (the diagnostics' verdict, reasons and objective note, the
     profile's and the random-effects bootstrap's method, the profile's disagreement) dropped, and the codes
-    and numbers they stated recomputed from the fits, intervals and bound shares the document holds."""
+    and numbers they stated recomputed from the fits, intervals and bound shares the document holds. In
+    either form a cell minimum's ``reason`` sentence (written before it was a code) becomes its code."""
+    doc = {**doc, "cell_minima": [_minimum_coded(m) for m in doc["cell_minima"]]}
     if "schema" in doc:
         return ProtocolResult.from_dict(doc)
     old = doc["diagnostics"]
@@ -218,6 +219,22 @@ def read_protocol(doc: dict) -> ProtocolResult:
             "schema": SCHEMA_VERSION,
         }
     )
+
+
+# The sentences a cell minimum's ``reason`` held before it was a code → the code (matched by a phrase)
+_LEGACY_MISSES = {
+    "widths run at this budget": "few_widths",
+    "the parabola opens downward": "opens_downward",
+    "vertex below the narrowest width run": "below_widths",
+    "vertex above the widest width run": "above_widths",
+}
+
+
+def _minimum_coded(row: dict) -> dict:
+    """A cell minimum with its ``reason`` as a code (a code, or no reason, passes as it is)."""
+    reason = row.get("reason")
+    code = next((code for phrase, code in _LEGACY_MISSES.items() if reason and phrase in reason), reason)
+    return row if reason is None else {**row, "reason": code}
 
 
 def _without(data: dict, *keys: str) -> dict:
@@ -385,7 +402,7 @@ def run_protocol(
         run_range = (float(widths.min()), float(widths.max())) if widths.size else None
         try:
             ext = None if main.extension is None else (main.extension, main.ext_ref)
-            sizes = dict(widths_run=run_range, bptt_k=bptt_by_r(table))  # FLOPs per token as trained
+            sizes = dict(widths_run=run_range, bptt_k=bptt_by_r(table).k)  # FLOPs per token as trained
             frontier = compute_optimal(
                 main.coefficients, budgets, rs, template, split, extension=ext, **sizes
             )

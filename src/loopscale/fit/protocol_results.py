@@ -30,14 +30,6 @@ class _Sparse(Record):
         return {k: v for k, v in super().to_dict().items() if not (k in self.OPTIONAL and v is None)}
 
 
-class _Keyed:
-    """Read access by key (``row["n_star"]``) for the callers issue 42 has not converted yet
-    (fit/case_study.py, design/search.py, design/simulation.py); remove it with their last such read."""
-
-    def __getitem__(self, key: str) -> Any:
-        return getattr(self, key)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # fit.analyses
 
@@ -147,11 +139,17 @@ class Frontier(_Sparse):
     form: str | None = None
 
 
+MIN_PARABOLA_WIDTHS = 3  # distinct sizes a cell's parabola needs before its vertex means anything
+# Why a cell gives no vertex (``present.fit_text.minimum_miss_text`` words it): fewer than
+# MIN_PARABOLA_WIDTHS sizes run, a parabola without a minimum, a vertex outside the sizes run
+MinimumMiss = Literal["few_widths", "opens_downward", "below_widths", "above_widths"]
+
+
 @dataclass(frozen=True)
-class CellMinimum(_Keyed, _Sparse):
+class CellMinimum(_Sparse):
     """The empirical iso-FLOP vertex of one (budget, r) cell (``fit.analyses.parabola_minima``): N* and L*
     (nats) only where the runs bracket it; ``runs_bracket`` None in a fit.json written before it existed.
-    ``reason`` says why a vertex is not given."""
+    ``reason`` codes why a vertex is not given."""
 
     OPTIONAL = ("runs_bracket", "reason")
 
@@ -162,7 +160,7 @@ class CellMinimum(_Keyed, _Sparse):
     loss_star: float | None
     bracketed: bool
     runs_bracket: bool | None = None
-    reason: str | None = None
+    reason: MinimumMiss | None = None
 
 
 @dataclass(frozen=True)
@@ -186,7 +184,7 @@ def as_samples(table: dict[str, np.ndarray]) -> Samples:
 
 
 @dataclass(frozen=True)
-class CellBootstrap(_Keyed, Record):
+class CellBootstrap(Record):
     """The cell block bootstrap of a fit (``fit.bootstrap.bootstrap_fit``): percentile ``ci`` at ``level``
     of every coefficient but the held ones, and the draws behind them."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from loopscale.fit.labels import bptt_text
 from loopscale.fit.priors import fixed_lines
-from loopscale.fit.protocol_results import FitSummary, ProtocolResult
+from loopscale.fit.protocol_results import MIN_PARABOLA_WIDTHS, FitSummary, MinimumMiss, ProtocolResult
 from loopscale.fit.results import LawCheck
 from loopscale.present.identification import (
     disagreement_text,
@@ -16,6 +16,18 @@ from loopscale.present.identification import (
 )
 from loopscale.present.law_check import law_headline, power_text
 from loopscale.present.numbers import end_ranges, interval
+
+MINIMUM_MISSES = {
+    "few_widths": f"fewer than {MIN_PARABOLA_WIDTHS} widths run at this budget",
+    "opens_downward": "the parabola opens downward (no minimum): not bracketed",
+    "below_widths": "vertex below the narrowest width run: the minimum is not bracketed",
+    "above_widths": "vertex above the widest width run: the minimum is not bracketed",
+}
+
+
+def minimum_miss_text(reason: MinimumMiss) -> str:
+    """Why a cell's iso-FLOP vertex is not given (``CellMinimum.reason``)."""
+    return MINIMUM_MISSES[reason]
 
 
 def protocol_text(protocol: ProtocolResult) -> str:

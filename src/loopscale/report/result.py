@@ -185,7 +185,7 @@ def result_section(doc: ProtocolResult, table, template) -> Section:
         r = 4 if 4 in looped else looped[-1]
         params = float(sorted(plain)[len(plain) // 2])
         try:
-            eq = equivalence(params, r, phi, template, bptt_by_r(table).get(r))
+            eq = equivalence(params, r, phi, template, bptt_by_r(table).at(r))
         except UserError as exc:
             blocks.append(f"No equivalence statement: {exc}")
         else:
