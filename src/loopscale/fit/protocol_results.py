@@ -386,6 +386,29 @@ class Diagnostics(Record):
 # ---------------------------------------------------------------------------------------------------------
 # The whole document (fit.protocol.Protocol.to_dict)
 
+# A part of the protocol the table could not support (``present.fit_text.protocol_note_text`` words it)
+NoteCode = Literal[
+    "no_per_r_fit", "no_budget_halves", "no_half_refit", "no_profile", "fit_at_bound", "no_law_check",
+    "no_budget_column", "no_width_column", "template_mismatch", "no_frontier",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ProtocolNote(_Sparse):
+    """One note of the protocol, with what its sentence quotes: the loop count ``r`` or budget ``half``
+    whose fit failed, the number of ``budgets``, the parameters ``at_bound``, the ``template``'s source.
+    ``error``: the one-line UserError (or template mismatch) that stopped that part, as raised."""
+
+    OPTIONAL = ("r", "half", "budgets", "at_bound", "template", "error")
+
+    code: NoteCode
+    r: int | None = None
+    half: Literal["low", "high"] | None = None
+    budgets: int | None = None
+    at_bound: tuple[str, ...] | None = None
+    template: str | None = None
+    error: str | None = None
+
 
 @dataclass(frozen=True)
 class FitSummary(_Sparse):
@@ -580,7 +603,7 @@ class ProtocolResult(_Sparse):
     cell_gaps: tuple[CellGap, ...]
     table: TableSummary
     settings: ProtocolSettings
-    notes: tuple[str, ...]
+    notes: tuple[ProtocolNote, ...]
     diagnostics: Diagnostics
     profile: ProfileResult | None
     schema: int
