@@ -239,8 +239,10 @@ _LEGACY_MISSES = {
 def _minimum_coded(row: dict) -> dict:
     """A cell minimum with its ``reason`` as a code (a code, or no reason, passes as it is)."""
     reason = row.get("reason")
-    code = next((code for phrase, code in _LEGACY_MISSES.items() if reason and phrase in reason), reason)
-    return row if reason is None else {**row, "reason": code}
+    if reason is None:
+        return row
+    code = next((code for phrase, code in _LEGACY_MISSES.items() if phrase in reason), reason)
+    return {**row, "reason": code}
 
 
 # The sentences a note held before it was a record → its code and the fields its sentence quoted: the first
