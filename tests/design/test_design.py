@@ -15,10 +15,11 @@ from loopscale import design as d
 from loopscale.cli import main
 from loopscale.config import dump_yaml
 from loopscale.design import delta_phi, simulation
-from loopscale.design.results import PowerSimulation
+from loopscale.design.results import DesignRow, PowerSimulation, Realisation
 from loopscale.errors import UserError
 from loopscale.fit.law import Design, objective_and_gradient
 from loopscale.paper import JOINT_FIT, MAIN_GRID
+from loopscale.present.design_text import agreement_text
 from loopscale.sweep import load_spec, plan_sweep, preset
 from loopscale.sweep.plan import MeasuredTimes
 from loopscale.sweep.rundir import RESULT_FILE, SPEC_FILE, open_sweep, run_dir
@@ -746,3 +747,21 @@ def test_make_design_shows_a_progress_bar_per_simulated_design(monkeypatch):
     assert [(total, done) for _, total, done in bars] == [(2, 2)]
     assert bars[0][0] == f"simulate {doc.design.label}"
     assert doc.design.realised.k == 2
+
+
+def test_a_realisation_outside_the_prediction_is_a_code_written_as_a_sentence():
+    """design.json holds the side on which the realised φ CI width misses the prediction, not a sentence."""
+    assert simulation.agreement(0.2, 0.24) is None and simulation.agreement(0.2, 0.14) == "narrower"
+    realised = Realisation(
+        k=2, ci_width={"phi": 0.3}, coverage=1.0, phi_median=0.5, phi_at_bound=0.0, per_seed=(), settings={}
+    )
+    row = DesignRow(
+        label="x", runs=4, replicates=1, flops=1e15, est_seconds=None, predicted_ci={"phi": 0.2}, cells=(),
+        realised=realised, agreement=simulation.agreement(0.2, 0.3),
+    )  # fmt: skip
+    assert row.to_dict()["agreement"] == "wider"
+    assert agreement_text(row) == (
+        "the realised phi CI is 1.50x the asymptotic prediction (wider than ±25%): the Fisher information is "
+        "not a reliable guide for this design (few cells, bound hits or a non-Gaussian fit); trust the "
+        "simulation"
+    )

@@ -265,7 +265,7 @@ def test_fit_takes_the_template_from_the_sweep_next_to_the_table(tmp_path, capsy
     assert main(["fit", alone, *FAST, "--json", str(tmp_path / "alone.json")]) == 0
     doc = json.loads((tmp_path / "alone.json").read_text())
     assert doc["compute_optimal"] is None and doc["settings"]["template"]["matches_table"] is False
-    assert any("does not match the runs" in n for n in doc["notes"])
+    assert any(n["code"] == "template_mismatch" and "N = " in n["error"] for n in doc["notes"])
     capsys.readouterr()
 
 

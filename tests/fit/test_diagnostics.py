@@ -103,7 +103,7 @@ def test_demo_like_grid_is_flagged_not_identified(badly_posed):
     assert diag.checks.phi_at_bound or diag.checks.bootstrap_ci_at_bound
     # a verdict reached without the profile skips its scan over φ, and says so
     assert badly_posed.profile is None
-    assert any(note.startswith("no profile interval: φ is not identified") for note in badly_posed.notes)
+    assert any(note.code == "no_profile" for note in badly_posed.notes)
     # the CLI text leads with it, and φ's line says so
     text = protocol_text(badly_posed.result())
     assert text.startswith("φ is not identified") and "NOT IDENTIFIED" in text
@@ -328,4 +328,4 @@ def test_a_shape_parameter_on_its_bound_is_never_a_finding_at_any_resample_count
         assert d.phi_identified is False, (resamples, seed)
         assert "identified only given E at its bound" in identification_verdict(d.diagnostics)
         assert d.ci_method in ("cell_bootstrap", "profile")
-        assert any("not the reported interval" in note for note in d.notes)
+        assert any(note.code == "fit_at_bound" and "E" in note.at_bound for note in d.notes)

@@ -43,10 +43,10 @@ def test_size_model_charges_truncated_flops_and_keeps_the_counts(laptop):
 
 
 def test_bptt_by_r_reads_the_truncated_table_and_full_tables_give_nothing():
-    assert bptt_by_r(load_table(TRUNCATED / "results.csv")) == CEIL_HALF
-    assert bptt_by_r(load_table(RESULTS / "laptop-factorial" / "results.csv")) == {}  # k = r recorded
+    assert bptt_by_r(load_table(TRUNCATED / "results.csv")).k == CEIL_HALF
+    assert bptt_by_r(load_table(RESULTS / "laptop-factorial" / "results.csv")).k == {}  # k = r recorded
     rows = [{"r": r, "n_once": 10, "n_rec": 20, "tokens": 100 + r, "loss": 3.0} for r in (1, 2, 4)]
-    assert bptt_by_r(load_table(rows)) == {}  # no bptt_k column: full BPTT
+    assert bptt_by_r(load_table(rows)).k == {}  # no bptt_k column: full BPTT
 
 
 @pytest.mark.parametrize(

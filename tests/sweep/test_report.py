@@ -18,6 +18,7 @@ import math
 import re
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -26,6 +27,7 @@ import pytest
 from loopscale.cli import main
 from loopscale.fit.labels import flops_label
 from loopscale.fit.protocol import read_protocol
+from loopscale.fit.protocol_results import CellMinimum
 from loopscale.fit.results import (
     BudgetPhi,
     Evidence,
@@ -41,6 +43,7 @@ from loopscale.fit.results import (
     read_law_check,
 )
 from loopscale.present.figures import axis_figure
+from loopscale.present.fit_text import minimum_miss_text
 from loopscale.present.identification import disagreement_text, identification_reasons, objective_note
 from loopscale.present.law_check import law_headline, law_reasons
 from loopscale.present.plots import FIGURES
@@ -243,7 +246,7 @@ def test_not_bracketed_cells_print_no_vertex(reported):
     for line, m in zip(cells, fit["cell_minima"]):
         assert not m["bracketed"]  # the demo widths do not bracket these synthetic minima
         fields = [f.strip() for f in line.strip("|").split("|")]
-        assert fields[3:6] == ["not bracketed", "–", "–"] and fields[6] == m["reason"]
+        assert fields[3:6] == ["not bracketed", "–", "–"] and fields[6] == minimum_miss_text(m["reason"])
 
 
 def test_minima_table_gives_a_vertex_only_where_it_is_bracketed(reported):
@@ -252,16 +255,14 @@ def test_minima_table_gives_a_vertex_only_where_it_is_bracketed(reported):
     doc["cell_minima"][0].update(
         bracketed=True, n_star=12345.0, loss_star=3.21, reason=None, runs_bracket=False
     )
-    doc["cell_minima"][1].update(
-        bracketed=False, n_star=None, loss_star=None, reason="vertex above the widest"
-    )
+    doc["cell_minima"][1].update(bracketed=False, n_star=None, loss_star=None, reason="above_widths")
     md = Document("t", sections=[minima_section(read_protocol(doc))]).markdown(root)
     rows = [line for line in md.splitlines() if line.startswith("| ") and "FLOPs" not in line]
     assert "| 12.3K | 3.2100 |" in rows[0]
     # a vertex whose lowest run sits at an end of the widths says so, and is not counted as bracketed by runs
     assert rows[0].rstrip().endswith("| lowest loss at an end of the width range |")
     assert "1 of " in md and "in 0 the runs themselves do" in md
-    assert "| not bracketed | – | – | vertex above the widest |" in rows[1]
+    assert f"| not bracketed | – | – | {minimum_miss_text('above_widths')} |" in rows[1]
     assert not re.search(r"\| \d[\d.]*[KMB]? \| \d+\.\d{4} \|", "\n".join(rows[1:]))
 
 
@@ -628,7 +629,7 @@ def test_an_axis_without_data_says_no_data():
         plt.close(fig)
 
 
-def _design_doc(selected: str, rmse: float, top_rmse: float) -> dict:
+def _design_doc(selected: str, rmse: float, top_rmse: float) -> SimpleNamespace:
     lobo = (HeldOutBudget(budget=1e12, n=4, rmse=0.5), HeldOutBudget(budget=4e12, n=4, rmse=top_rmse))
     check = LawCheck(
         verdict="rejected", family_level=0.01,
@@ -639,14 +640,13 @@ def _design_doc(selected: str, rmse: float, top_rmse: float) -> dict:
         budgets=2, evidence=(Evidence("extension", 1e-6, key="phi-trend-c"),),
         rejected_by=(Evidence("extension", 1e-6, key="phi-trend-c"),), tests=1, threshold=0.01,
     )  # fmt: skip
-    return {
-        "law_check": check.to_dict(),
-        "cell_minima": [
-            {"budget": 1e12, "r": 1, "bracketed": True, "runs_bracket": False},
-            {"budget": 1e12, "r": 8, "bracketed": True, "runs_bracket": False},
-            {"budget": 4e12, "r": 1, "bracketed": True, "runs_bracket": True},
-        ],
-    }  # fmt: skip
+    cell = dict(n_runs=2, n_star=1e6, loss_star=3.0, bracketed=True)
+    minima = (
+        CellMinimum(budget=1e12, r=1, runs_bracket=False, **cell),
+        CellMinimum(budget=1e12, r=8, runs_bracket=False, **cell),
+        CellMinimum(budget=4e12, r=1, runs_bracket=True, **cell),
+    )
+    return SimpleNamespace(law_check=check, cell_minima=minima)  # the parts of a ProtocolResult it reads
 
 
 def _design_rows(widths_at_top=(16, 32)) -> list[dict]:

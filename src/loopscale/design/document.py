@@ -13,6 +13,7 @@ from loopscale.design.results import DesignDocument, DesignRow, Realisation
 from loopscale.design.search import PathPoint, RunDesign
 from loopscale.design.simulation import agreement
 from loopscale.errors import UserError
+from loopscale.present.design_text import agreement_text
 from loopscale.sweep.plan import format_seconds, plan_sweep
 from loopscale.sweep.spec import BudgetWidths, RunGroup, SweepSpec
 
@@ -100,9 +101,7 @@ def summary_row(
             )
         ),
         realised=realised,
-        agreement_note=None
-        if realised is None
-        else agreement(point.predicted["phi"], realised.ci_width["phi"]),
+        agreement=None if realised is None else agreement(point.predicted["phi"], realised.ci_width["phi"]),
     )
 
 
@@ -151,8 +150,8 @@ def format_design(doc: DesignDocument) -> str:
             "machine); wall time is the planner's compute estimate (loopscale plan)"
         )
     for name, row in (("design", des), ("reference", ref)):
-        if row.agreement_note:
-            lines.append(f"{name}: {row.agreement_note}")
+        if row.agreement:
+            lines.append(f"{name}: {agreement_text(row)}")
     if doc.constraints.problems:
         lines.append("design breaks: " + "; ".join(doc.constraints.problems))
     if doc.reference_constraint_problems:

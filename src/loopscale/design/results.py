@@ -10,7 +10,7 @@ wall time is estimated): their records leave them out of ``to_dict`` when absent
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from loopscale.fit.results import Record
 
@@ -148,11 +148,16 @@ class DesignPower(Record):
     simulated: PowerSearch | None
 
 
+AGREEMENT = 0.25  # a realised φ CI width should be within ±25% of the asymptotic prediction
+# How a realised φ CI width misses the prediction (``simulation.agreement``; ``present.design_text`` words it)
+Agreement = Literal["wider", "narrower"]
+
+
 @dataclass(frozen=True)
 class DesignRow(Record):
     """One row of the side-by-side table (``summary_row``): runs, FLOPs, estimated wall seconds, predicted
-    CI widths and the (budget, r) cells; where simulated, the realisation and ``agreement_note`` (the
-    sentence of ``simulation.agreement``, None within ±25%)."""
+    CI widths and the (budget, r) cells; where simulated, the realisation and ``agreement`` (the side on
+    which its φ CI width misses the prediction by more than ``AGREEMENT``; None: they agree)."""
 
     label: str
     runs: int
@@ -162,12 +167,12 @@ class DesignRow(Record):
     predicted_ci: dict[str, float]
     cells: tuple[tuple[float, int], ...]
     realised: Realisation | None = None
-    agreement_note: str | None = None
+    agreement: Agreement | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
         if self.realised is None:  # an unsimulated row has neither key
-            del out["realised"], out["agreement_note"]
+            del out["realised"], out["agreement"]
         return out
 
 

@@ -19,6 +19,7 @@ from loopscale.design.candidates import Candidates
 from loopscale.design.predict import Information
 from loopscale.errors import UserError
 from loopscale.fit.analyses import parabola_minima
+from loopscale.present.fit_text import minimum_miss_text
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ def _bracketing_windows(cands: Candidates, info: Information, min_widths: int = 
             for hi in range(lo + min_widths, len(members) + 1):
                 idx = members[lo:hi]
                 (row,) = parabola_minima(cands.table(idx, info.loss[idx]))
-                if row["bracketed"]:
+                if row.bracketed:
                     windows[(lo, hi)] = idx
         out[key] = windows
     return out
@@ -134,8 +135,9 @@ def check_design(
             problems.append(f"cell ({b:.3g}, r={r}) has {len(idx)} width(s) < {constraints.min_widths}")
             continue
         (row,) = parabola_minima(cands.table(idx, info.loss[idx]))
-        if not row["bracketed"]:
-            problems.append(f"cell ({b:.3g}, r={r}) does not bracket its predicted minimum: {row['reason']}")
+        if not row.bracketed:
+            why = minimum_miss_text(row.reason)
+            problems.append(f"cell ({b:.3g}, r={r}) does not bracket its predicted minimum: {why}")
     return problems
 
 
@@ -373,7 +375,7 @@ def _off_centre(cands: Candidates, info: Information, idx: np.ndarray) -> float:
     table = cands.table(idx, info.loss[idx])
     (row,) = parabola_minima(table)
     log_n = np.log(table.n)
-    return abs(math.log(row["n_star"]) - 0.5 * (log_n.min() + log_n.max())) / (log_n.max() - log_n.min())
+    return abs(math.log(row.n_star) - 0.5 * (log_n.min() + log_n.max())) / (log_n.max() - log_n.min())
 
 
 def pareto(points: list[PathPoint], key: str = "phi", score=None) -> list[PathPoint]:

@@ -14,7 +14,7 @@ import numpy as np
 from loopscale.design.candidates import Candidates
 from loopscale.design.predict import Information
 from loopscale.design.prior import Prior
-from loopscale.design.results import Realisation, SimulationRound
+from loopscale.design.results import AGREEMENT, Agreement, Realisation, SimulationRound
 from loopscale.design.search import PathPoint, RunDesign, bracket_search, choose, pareto, within_cap
 from loopscale.errors import UserError
 from loopscale.fit.bootstrap import bootstrap_fit
@@ -23,7 +23,6 @@ from loopscale.fit.law import PARAMS, PHI, at_bound
 from loopscale.progress import progress_bar
 
 REPORTED = ("phi", "alpha", "beta", "E")  # the CI widths a design reports
-AGREEMENT = 0.25  # prediction and realisation should agree within ±25%
 
 
 def simulate(
@@ -55,9 +54,9 @@ def simulate(
             table = cands.table(design.idx, loss, design.replicates)
             fit = fit_law(table, restarts=restarts, seed=seed + j, held=held)
             boot = bootstrap_fit(fit, table, resamples=bootstrap, restarts=bootstrap_restarts, seed=seed + j)
-            ci = boot["ci"]
+            ci = boot.ci
             lo, hi = ci["phi"]
-            phis = boot["samples"]["phi"]
+            phis = boot.samples["phi"]
             thetas = np.zeros((len(phis), len(PARAMS)))
             thetas[:, PHI] = phis
             phi_bound.append(at_bound(thetas)[:, PHI])
@@ -180,14 +179,9 @@ def _bracket_front(front: list[PathPoint], target_ci: float, run, rounds: int) -
     return None if found is None else front[found]
 
 
-def agreement(predicted: float, realised: float) -> str | None:
-    """A sentence when the realised CI width is outside ±25% of the prediction, else None."""
+def agreement(predicted: float, realised: float) -> Agreement | None:
+    """On which side the realised CI width lies outside ±``AGREEMENT`` of the prediction (None: inside)."""
     ratio = realised / predicted
     if abs(ratio - 1) <= AGREEMENT:
         return None
-    side = "wider" if ratio > 1 else "narrower"
-    return (
-        f"the realised phi CI is {ratio:.2f}x the asymptotic prediction ({side} than ±25%): the Fisher "
-        "information is not a reliable guide for this design (few cells, bound hits or a non-Gaussian fit); "
-        "trust the simulation"
-    )
+    return "wider" if ratio > 1 else "narrower"

@@ -23,12 +23,15 @@ from loopscale.config import replace as replace_config
 from loopscale.errors import UserError
 from loopscale.fit.law import EXTENSIONS, LOWER, PHI, UPPER, extension_covariate, law_loss
 from loopscale.fit.protocol_results import (
+    MIN_PARABOLA_WIDTHS,
+    CellGap,
     CellMinimum,
     Equivalence,
     Frontier,
     FrontierEntry,
     FrontierRow,
     LoopWorth,
+    MinimumMiss,
     Residuals,
     ResidualStats,
 )
@@ -157,7 +160,19 @@ def equivalence(
     )
 
 
-def bptt_by_r(table: RunTable) -> dict[int, int]:
+@dataclass(frozen=True)
+class TruncatedBptt:
+    """Which loop counts of a results table trained with truncated BPTT: ``k`` maps r to the k < r loops its
+    runs backpropagated through; an r not in it trains with full BPTT."""
+
+    k: dict[int, int]
+
+    def at(self, r: int) -> int | None:
+        """The loops backpropagated at ``r`` (None: full BPTT)."""
+        return self.k.get(r)
+
+
+def bptt_by_r(table: RunTable) -> TruncatedBptt:
     """The truncated-BPTT FLOPs model of a results table: r → k for every r > 1 whose runs all backpropagated
     through the same k < r loops (the table's ``bptt_k`` column). An r whose runs have k = r or no k (NaN)
     trains with full BPTT and is left out. Runs at one r that disagree (k = 2 beside k = 4 or none) are a
@@ -178,7 +193,7 @@ def bptt_by_r(table: RunTable) -> dict[int, int]:
             )
         if found[0] < r:
             out[r] = found[0]
-    return out
+    return TruncatedBptt(out)
 
 
 MAX_PARAMS = 1e15  # larger sizes are typos (a quadrillion non-embedding parameters)
@@ -241,9 +256,9 @@ def compute_optimal(
     also says whether its optimum lies inside that range (``within_widths_run``; outside it is an
     extrapolation of the law).
 
-    ``bptt_k`` (r → k, ``bptt_by_r``): the r whose runs trained with truncated BPTT through k loops; their
-    F(d) is the FLOPs per token as trained (so D = C/F is the tokens such a run sees). The result records it
-    as ``bptt_k`` ({"4": 2, …}; empty: full BPTT at every r).
+    ``bptt_k`` (r → k, ``bptt_by_r(...).k``): the r whose runs trained with truncated BPTT through k loops;
+    their F(d) is the FLOPs per token as trained (so D = C/F is the tokens such a run sees). The result
+    records it as ``bptt_k`` ({"4": 2, …}; empty: full BPTT at every r).
     """
     template = template or paper_template()
     width_range = width_range or (float(template.head_dim), 65536.0)
@@ -313,10 +328,11 @@ def parabola_minima(table: RunTable) -> tuple[CellMinimum, ...]:
 
     A vertex is reported only when the runs bracket it (``bracketed`` true): at least 3 distinct sizes, a
     parabola that opens upwards, and a vertex inside [smallest, largest] N run. Otherwise ``n_star`` and
-    ``loss_star`` are None and ``reason`` says why; an extrapolated vertex is never given as a number (it
-    can be absurd, e.g. a negative loss). ``runs_bracket`` is the stricter, model-free test: the lowest-loss
-    run has a larger-loss run on each side in N. A vertex that is bracketed while its runs are not (lowest
-    loss at the narrowest or widest run) rests on the parabola's shape alone.
+    ``loss_star`` are None and ``reason`` codes why (``protocol_results.MinimumMiss``); an extrapolated
+    vertex is never given as a number (it can be absurd, e.g. a negative loss). ``runs_bracket`` is the
+    stricter, model-free test: the lowest-loss run has a larger-loss run on each side in N. A vertex that is
+    bracketed while its runs are not (lowest loss at the narrowest or widest run) rests on the parabola's
+    shape alone.
     """
     if not table.has_budget:
         return ()
@@ -325,19 +341,19 @@ def parabola_minima(table: RunTable) -> tuple[CellMinimum, ...]:
         mask = (table.budget == c) & (table.r == r)
         log_n, loss = np.log(table.n[mask]), table.loss[mask]
         vertex: dict = {}
-        if len(set(log_n.tolist())) < 3:
-            why = "fewer than 3 widths run at this budget"
+        why: MinimumMiss | None = None
+        if len(set(log_n.tolist())) < MIN_PARABOLA_WIDTHS:
+            why = "few_widths"
         else:
             c2, c1, c0 = np.polyfit(log_n, loss, 2)
             x_star = -c1 / (2 * c2) if c2 > 0 else math.nan
             if not c2 > 0:
-                why = "the parabola opens downward (no minimum): not bracketed"
+                why = "opens_downward"
             elif x_star < log_n.min():
-                why = "vertex below the narrowest width run: the minimum is not bracketed"
+                why = "below_widths"
             elif x_star > log_n.max():
-                why = "vertex above the widest width run: the minimum is not bracketed"
+                why = "above_widths"
             else:
-                why = None
                 vertex = dict(n_star=float(math.exp(x_star)), loss_star=float(c0 - c1 * c1 / (4 * c2)))
         cell = CellMinimum(
             budget=c,
@@ -353,13 +369,12 @@ def parabola_minima(table: RunTable) -> tuple[CellMinimum, ...]:
     return tuple(out)
 
 
-def cell_gaps(minima) -> list[dict]:
-    """L*(r) − L*(r = 1) (nats) per budget from per-cell minima (``parabola_minima``): rows {budget, r,
-    gap}. A leaf table: fit/case_study.py writes it into compare.json as it is (``protocol_results.CellGap``
-    reads a row back)."""
+def cell_gaps(minima: tuple[CellMinimum, ...]) -> tuple[CellGap, ...]:
+    """L*(r) − L*(r = 1) (nats) per budget from per-cell minima (``parabola_minima``), bracketed cells at a
+    budget whose r = 1 cell is bracketed too."""
     base = {m.budget: m.loss_star for m in minima if m.r == 1 and m.loss_star is not None}
-    return [
-        {"budget": m.budget, "r": m.r, "gap": m.loss_star - base[m.budget]}
+    return tuple(
+        CellGap(budget=m.budget, r=m.r, gap=m.loss_star - base[m.budget])
         for m in minima
         if m.r != 1 and m.loss_star is not None and m.budget in base
-    ]
+    )

@@ -21,7 +21,6 @@ from loopscale.fit.case_study_results import (
     CaseRuns,
     CaseStudy,
     CompareSettings,
-    LoopTaxGap,
     LossCell,
     LossChange,
     OptimumShift,
@@ -42,6 +41,7 @@ from loopscale.fit.effect_rule import REFERENCE_EFFECTS
 from loopscale.fit.effects import analyse_pairs
 from loopscale.fit.fitter import fit_law
 from loopscale.fit.priors import Held, fixed_settings
+from loopscale.fit.protocol_results import CellGap
 from loopscale.fit.table import RunTable
 from loopscale.paper import PAPER_EFFECTS
 
@@ -79,7 +79,7 @@ def optimum_shift(arms: Arms) -> list[OptimumShift]:
     and the direction the variant moves it: "wider", "narrower", "unchanged" (within 1% in N*), or "not
     bracketed" (either arm's vertex outside its runs, or its lowest run at an end of the widths)."""
     minima = {
-        name: {(m["budget"], m["r"]): m for m in parabola_minima(t)}
+        name: {(m.budget, m.r): m for m in parabola_minima(t)}
         for name, t in (("base", arms.base_table), ("variant", arms.variant_table))
     }
     rows = []
@@ -88,18 +88,18 @@ def optimum_shift(arms: Arms) -> list[OptimumShift]:
             continue
         b, v = minima["base"][key], minima["variant"][key]
         ratio, shift = None, "not bracketed"
-        if b["bracketed"] and v["bracketed"] and b["runs_bracket"] and v["runs_bracket"]:
-            ratio = v["n_star"] / b["n_star"]
+        if b.bracketed and v.bracketed and b.runs_bracket and v.runs_bracket:
+            ratio = v.n_star / b.n_star
             shift = (
                 "unchanged" if abs(math.log(ratio)) < SAME_OPTIMUM else ("wider" if ratio > 1 else "narrower")
             )
-        rows.append(OptimumShift(key[0], key[1], b["n_star"], v["n_star"], ratio, shift))
+        rows.append(OptimumShift(key[0], key[1], b.n_star, v.n_star, ratio, shift))
     return rows
 
 
-def loop_tax(t: RunTable) -> tuple[LoopTaxGap, ...]:
+def loop_tax(t: RunTable) -> tuple[CellGap, ...]:
     """L*(r) − L*(r = 1) per budget (nats; iso-FLOP minima, bracketed cells only)."""
-    return tuple(LoopTaxGap(g["budget"], g["r"], g["gap"]) for g in cell_gaps(parabola_minima(t)))
+    return cell_gaps(parabola_minima(t))
 
 
 def _effect_power(e: PairedEffects) -> dict[str, float]:

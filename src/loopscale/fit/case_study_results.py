@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from loopscale.errors import UserError
 from loopscale.fit.effect_results import PairedEffects
+from loopscale.fit.protocol_results import CellGap
 from loopscale.fit.results import EndRanges, LawCheck, Record, RecordError, read_law_check
 
 Pair = tuple[float, float]
@@ -166,20 +167,11 @@ class OptimumShift(Record):
 
 
 @dataclass(frozen=True)
-class LoopTaxGap(Record):
-    """L*(r) − L*(r = 1) at one budget (iso-FLOP minima, bracketed cells only)."""
-
-    budget: float
-    r: int
-    gap: float
-
-
-@dataclass(frozen=True)
 class ArmsLoopTax(Record):
     """The loop tax of each arm (``fit.case_study.loop_tax``)."""
 
-    base: tuple[LoopTaxGap, ...]
-    variant: tuple[LoopTaxGap, ...]
+    base: tuple[CellGap, ...]
+    variant: tuple[CellGap, ...]
 
 
 @dataclass(frozen=True)

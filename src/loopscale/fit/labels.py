@@ -41,8 +41,8 @@ def percent_text(share: float, digits: int = 2) -> str:
 
 def bptt_text(bptt_k: dict, rs=()) -> str:
     """Which FLOPs per token a frontier or equivalence used: full BPTT, or truncated BPTT with its k per r
-    (``fit.analyses.bptt_by_r``; keys may be str from fit.json). ``rs``: every loop count of the table, to
-    name the r > 1 that kept full BPTT beside truncated ones."""
+    (``fit.analyses.bptt_by_r(...).k``; keys may be str from fit.json). ``rs``: every loop count of the
+    table, to name the r > 1 that kept full BPTT beside truncated ones."""
     if not bptt_k:
         return "full BPTT (every loop backpropagated), FLOPs per token as trained"
     ks = {int(r): int(k) for r, k in bptt_k.items()}

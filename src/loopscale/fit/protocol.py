@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,7 +39,6 @@ from loopscale.fit.profile import compare_intervals, profile_phi
 from loopscale.fit.protocol_results import (
     BoundsFound,
     CellBootstrap,
-    CellGap,
     CellMinimum,
     Diagnostics,
     FitSummary,
@@ -47,6 +47,7 @@ from loopscale.fit.protocol_results import (
     IdentificationChecks,
     LoopWorth,
     ProfileResult,
+    ProtocolNote,
     ProtocolResult,
     ProtocolSettings,
     RandomEffectsBootstrap,
@@ -80,7 +81,7 @@ class Protocol:
     table_summary: dict
     settings: dict
     diagnostics: Diagnostics  # fit.diagnostics.diagnose: at_bound, phi_identified, …
-    notes: list[str] = field(default_factory=list)
+    notes: list[ProtocolNote] = field(default_factory=list)  # the parts the table could not support
     profile: ProfileResult | None = None  # fit.profile.profile_phi: profile-likelihood interval for φ
     interval: RandomEffectsBootstrap | None = None  # the reported CIs (``ci``)
     law_check: LawCheck | None = None  # fit.lawcheck.check_law: does the paper's law hold on these runs?
@@ -158,7 +159,7 @@ class Protocol:
             compute_optimal=self.compute_optimal,
             compute_optimal_per_r_law=self.compute_optimal_per_r_law,
             cell_minima=self.cell_minima,
-            cell_gaps=tuple(CellGap.from_dict(row) for row in cell_gaps(self.cell_minima)),
+            cell_gaps=cell_gaps(self.cell_minima),
             table=TableSummary.from_dict(self.table_summary, "table"),
             settings=ProtocolSettings.from_dict(self.settings, "settings"),
             notes=tuple(self.notes),
@@ -178,7 +179,13 @@ def read_protocol(doc: dict) -> ProtocolResult:
     """fit.json as the report reads it: the current form as it is; a document written before the protocol's
     records (no "schema") converted: its sentences (the diagnostics' verdict, reasons and objective note, the
     profile's and the random-effects bootstrap's method, the profile's disagreement) dropped, and the codes
-    and numbers they stated recomputed from the fits, intervals and bound shares the document holds."""
+    and numbers they stated recomputed from the fits, intervals and bound shares the document holds. In
+    either form a cell minimum's ``reason`` and the notes, sentences before they were codes, become codes."""
+    doc = {
+        **doc,
+        "cell_minima": [_minimum_coded(m) for m in doc["cell_minima"]],
+        "notes": [_note_coded(note) for note in doc["notes"]],
+    }
     if "schema" in doc:
         return ProtocolResult.from_dict(doc)
     old = doc["diagnostics"]
@@ -218,6 +225,62 @@ def read_protocol(doc: dict) -> ProtocolResult:
             "schema": SCHEMA_VERSION,
         }
     )
+
+
+# The sentences a cell minimum's ``reason`` held before it was a code → the code (matched by a phrase)
+_LEGACY_MISSES = {
+    "widths run at this budget": "few_widths",
+    "the parabola opens downward": "opens_downward",
+    "vertex below the narrowest width run": "below_widths",
+    "vertex above the widest width run": "above_widths",
+}
+
+
+def _minimum_coded(row: dict) -> dict:
+    """A cell minimum with its ``reason`` as a code (a code, or no reason, passes as it is)."""
+    reason = row.get("reason")
+    if reason is None:
+        return row
+    code = next((code for phrase, code in _LEGACY_MISSES.items() if phrase in reason), reason)
+    return {**row, "reason": code}
+
+
+# The sentences a note held before it was a record → its code and the fields its sentence quoted: the first
+# pattern that matches the sentence's start (present.fit_text.protocol_note_text writes each back as it was)
+_LEGACY_NOTES = (
+    (r"no per-r fit for r=(?P<r>\d+): (?P<error>.*)", "no_per_r_fit"),
+    (r"no budget-half refits: (?P<budgets>\d+) budget\(s\)", "no_budget_halves"),
+    (r"no (?P<half>low|high)-half refit: (?P<error>.*)", "no_half_refit"),
+    (r"no profile interval: ", "no_profile"),
+    (
+        r"the random-effects bootstrap simulates from the fit, which has (?P<at_bound>.*) on the edge",
+        "fit_at_bound",
+    ),
+    (re.escape(NO_LAW_CHECK), "no_law_check"),
+    (r"no compute-optimal frontier or cell minima: the table has no 'budget' column", "no_budget_column"),
+    (r"no compute-optimal frontier: the table has no 'width' column", "no_width_column"),
+    (
+        r"no compute-optimal frontier: the architecture template \((?P<template>.*)\) does not match the "
+        r"runs: (?P<error>.*); pass the sweep's template",
+        "template_mismatch",
+    ),
+    (r"no compute-optimal frontier: (?P<error>.*)", "no_frontier"),
+)
+
+
+def _note_coded(note: str | dict) -> dict:
+    """A note as its record's mapping: a sentence (written before notes were records) converted; one no
+    pattern matches is a RecordError."""
+    if isinstance(note, dict):
+        return note
+    for pattern, code in _LEGACY_NOTES:
+        found = re.match(pattern, note, re.DOTALL)
+        if found:
+            fields = {k: int(v) if k in ("r", "budgets") else v for k, v in found.groupdict().items()}
+            if "at_bound" in fields:
+                fields["at_bound"] = fields["at_bound"].split(", ")
+            return {"code": code, **fields}
+    raise RecordError(f"notes: {note!r} is not a note loopscale wrote")
 
 
 def _without(data: dict, *keys: str) -> dict:
@@ -274,7 +337,7 @@ def run_protocol(
         raise UserError(f"--form {form} extends the joint law with phi free; drop --law/--fix-phi")
     if noise is not None and not (math.isfinite(noise) and noise > 0):
         raise UserError(f"--noise must be a positive number of nats, got {noise}")
-    notes: list[str] = []
+    notes: list[ProtocolNote] = []
     hold = held.theta if held is not None else {}
     template = flops_model or paper_template()
     template_source = template_source or ("the given model config" if flops_model else PAPER_SOURCE)
@@ -321,7 +384,7 @@ def run_protocol(
                         table.subset(table.r == r), form="chinchilla", restarts=restarts, seed=seed, held=hold
                     )
                 except UserError as exc:
-                    notes.append(f"no per-r fit for r={r}: {exc}")
+                    notes.append(ProtocolNote("no_per_r_fit", r=int(r), error=str(exc)))
                 advance(1)
         halves = _budget_halves(table, law, fix_phi, restarts, seed, notes, hold)
         advance(2)
@@ -339,22 +402,17 @@ def run_protocol(
     if law == "joint" and profile and diagnose(main, forms, primary, None).phi_identified is False:
         # the profile would only add a reason to a verdict already reached, at the cost of a scan over φ
         # on a flat objective (70 s of the demo's 100 s of fitting)
-        notes.append("no profile interval: φ is not identified by the point fit and bootstrap alone")
+        notes.append(ProtocolNote("no_profile"))
     elif law == "joint" and profile:
         boot_ci = primary.ci["phi"] if primary is not None and main.form == "joint" else None
         warm = [forms["joint"], *(f for k, f in forms.items() if k != "joint")]
         with progress_bar(None, "profile", "step"):
             prof = profile_phi(table, warm, bootstrap_ci=boot_ci, seed=seed)
     if interval is not None and main.at_bound:
-        notes.append(
-            "the random-effects bootstrap simulates from the fit, which has "
-            f"{', '.join(main.at_bound)} on the edge of the fit box: its tables cannot show what that edge "
-            "hides, so it is not the reported interval; ci.phi is the wider of the cell bootstrap and the "
-            "profile interval"
-        )
+        notes.append(ProtocolNote("fit_at_bound", at_bound=tuple(main.at_bound)))
     check = None
     if law_check and hold:
-        notes.append(NO_LAW_CHECK)
+        notes.append(ProtocolNote("no_law_check"))
     elif law == "joint" and law_check:
         with progress_bar(6, "law check", "step") as advance:
             check = check_law(
@@ -369,23 +427,18 @@ def run_protocol(
     worth = _loops_worth(main, rs, sorted(set(table.budget.tolist())) if table.has_budget else [])
     frontier = frontier_per_r_law = None
     if not table.has_budget:
-        notes.append("no compute-optimal frontier or cell minima: the table has no 'budget' column")
+        notes.append(ProtocolNote("no_budget_column"))
     elif flops_model is None and not np.all(np.isfinite(table.width)):
-        notes.append(
-            "no compute-optimal frontier: the table has no 'width' column and no FLOPs model was given"
-        )
+        notes.append(ProtocolNote("no_width_column"))
     elif mismatch is not None:
-        notes.append(
-            f"no compute-optimal frontier: the architecture template ({template_source}) does not match the "
-            f"runs: {mismatch}; pass the sweep's template (--model-config sweep.yaml or a run's config.yaml)"
-        )
+        notes.append(ProtocolNote("template_mismatch", template=template_source, error=mismatch))
     else:
         budgets = sorted(set(table.budget.tolist()))
         widths = table.width[np.isfinite(table.width)]
         run_range = (float(widths.min()), float(widths.max())) if widths.size else None
         try:
             ext = None if main.extension is None else (main.extension, main.ext_ref)
-            sizes = dict(widths_run=run_range, bptt_k=bptt_by_r(table))  # FLOPs per token as trained
+            sizes = dict(widths_run=run_range, bptt_k=bptt_by_r(table).k)  # FLOPs per token as trained
             frontier = compute_optimal(
                 main.coefficients, budgets, rs, template, split, extension=ext, **sizes
             )
@@ -395,7 +448,7 @@ def run_protocol(
                 for r, f in per_r.items()
             }
         except UserError as exc:
-            notes.append(f"no compute-optimal frontier: {exc}")
+            notes.append(ProtocolNote("no_frontier", error=str(exc)))
     summary = {
         "n_runs": len(table),
         "r": rs,
@@ -469,7 +522,7 @@ def _budget_halves(table, law, fix_phi, restarts, seed, notes, held=None) -> dic
         return {}
     budgets = sorted(set(table.budget.tolist()))
     if len(budgets) < 4:
-        notes.append(f"no budget-half refits: {len(budgets)} budget(s), each half needs at least 2")
+        notes.append(ProtocolNote("no_budget_halves", budgets=len(budgets)))
         return {}
     halves = {}
     for name, mask in table.budget_halves().items():
@@ -478,5 +531,5 @@ def _budget_halves(table, law, fix_phi, restarts, seed, notes, held=None) -> dic
                 table.subset(mask), form=law, fix_phi=fix_phi, restarts=restarts, seed=seed, held=held
             )
         except UserError as exc:
-            notes.append(f"no {name}-half refit: {exc}")
+            notes.append(ProtocolNote("no_half_refit", half=name, error=str(exc)))
     return halves

@@ -30,14 +30,6 @@ class _Sparse(Record):
         return {k: v for k, v in super().to_dict().items() if not (k in self.OPTIONAL and v is None)}
 
 
-class _Keyed:
-    """Read access by key (``row["n_star"]``) for the callers issue 42 has not converted yet
-    (fit/case_study.py, design/search.py, design/simulation.py); remove it with their last such read."""
-
-    def __getitem__(self, key: str) -> Any:
-        return getattr(self, key)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # fit.analyses
 
@@ -147,11 +139,17 @@ class Frontier(_Sparse):
     form: str | None = None
 
 
+MIN_PARABOLA_WIDTHS = 3  # distinct sizes a cell's parabola needs before its vertex means anything
+# Why a cell gives no vertex (``present.fit_text.minimum_miss_text`` words it): fewer than
+# MIN_PARABOLA_WIDTHS sizes run, a parabola without a minimum, a vertex outside the sizes run
+MinimumMiss = Literal["few_widths", "opens_downward", "below_widths", "above_widths"]
+
+
 @dataclass(frozen=True)
-class CellMinimum(_Keyed, _Sparse):
+class CellMinimum(_Sparse):
     """The empirical iso-FLOP vertex of one (budget, r) cell (``fit.analyses.parabola_minima``): N* and L*
     (nats) only where the runs bracket it; ``runs_bracket`` None in a fit.json written before it existed.
-    ``reason`` says why a vertex is not given."""
+    ``reason`` codes why a vertex is not given."""
 
     OPTIONAL = ("runs_bracket", "reason")
 
@@ -162,7 +160,7 @@ class CellMinimum(_Keyed, _Sparse):
     loss_star: float | None
     bracketed: bool
     runs_bracket: bool | None = None
-    reason: str | None = None
+    reason: MinimumMiss | None = None
 
 
 @dataclass(frozen=True)
@@ -186,7 +184,7 @@ def as_samples(table: dict[str, np.ndarray]) -> Samples:
 
 
 @dataclass(frozen=True)
-class CellBootstrap(_Keyed, Record):
+class CellBootstrap(Record):
     """The cell block bootstrap of a fit (``fit.bootstrap.bootstrap_fit``): percentile ``ci`` at ``level``
     of every coefficient but the held ones, and the draws behind them."""
 
@@ -388,6 +386,29 @@ class Diagnostics(Record):
 # ---------------------------------------------------------------------------------------------------------
 # The whole document (fit.protocol.Protocol.to_dict)
 
+# A part of the protocol the table could not support (``present.fit_text.protocol_note_text`` words it)
+NoteCode = Literal[
+    "no_per_r_fit", "no_budget_halves", "no_half_refit", "no_profile", "fit_at_bound", "no_law_check",
+    "no_budget_column", "no_width_column", "template_mismatch", "no_frontier",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ProtocolNote(_Sparse):
+    """One note of the protocol, with what its sentence quotes: the loop count ``r`` or budget ``half``
+    whose fit failed, the number of ``budgets``, the parameters ``at_bound``, the ``template``'s source.
+    ``error``: the one-line UserError (or template mismatch) that stopped that part, as raised."""
+
+    OPTIONAL = ("r", "half", "budgets", "at_bound", "template", "error")
+
+    code: NoteCode
+    r: int | None = None
+    half: Literal["low", "high"] | None = None
+    budgets: int | None = None
+    at_bound: tuple[str, ...] | None = None
+    template: str | None = None
+    error: str | None = None
+
 
 @dataclass(frozen=True)
 class FitSummary(_Sparse):
@@ -582,7 +603,7 @@ class ProtocolResult(_Sparse):
     cell_gaps: tuple[CellGap, ...]
     table: TableSummary
     settings: ProtocolSettings
-    notes: tuple[str, ...]
+    notes: tuple[ProtocolNote, ...]
     diagnostics: Diagnostics
     profile: ProfileResult | None
     schema: int

@@ -5,8 +5,14 @@ the CIs, residuals per r, budget halves, frontier and the law check, from a
 from __future__ import annotations
 
 from loopscale.fit.labels import bptt_text
-from loopscale.fit.priors import fixed_lines
-from loopscale.fit.protocol_results import FitSummary, ProtocolResult
+from loopscale.fit.priors import NO_LAW_CHECK, fixed_lines
+from loopscale.fit.protocol_results import (
+    MIN_PARABOLA_WIDTHS,
+    FitSummary,
+    MinimumMiss,
+    ProtocolNote,
+    ProtocolResult,
+)
 from loopscale.fit.results import LawCheck
 from loopscale.present.identification import (
     disagreement_text,
@@ -16,6 +22,52 @@ from loopscale.present.identification import (
 )
 from loopscale.present.law_check import law_headline, power_text
 from loopscale.present.numbers import end_ranges, interval
+
+MINIMUM_MISSES = {
+    "few_widths": f"fewer than {MIN_PARABOLA_WIDTHS} widths run at this budget",
+    "opens_downward": "the parabola opens downward (no minimum): not bracketed",
+    "below_widths": "vertex below the narrowest width run: the minimum is not bracketed",
+    "above_widths": "vertex above the widest width run: the minimum is not bracketed",
+}
+
+
+def minimum_miss_text(reason: MinimumMiss) -> str:
+    """Why a cell's iso-FLOP vertex is not given (``CellMinimum.reason``)."""
+    return MINIMUM_MISSES[reason]
+
+
+def protocol_note_text(note: ProtocolNote) -> str:
+    """The sentence of one note of the protocol (a part the table could not support, and why)."""
+    frontier = "no compute-optimal frontier"
+    match note.code:
+        case "no_per_r_fit":
+            return f"no per-r fit for r={note.r}: {note.error}"
+        case "no_budget_halves":
+            return f"no budget-half refits: {note.budgets} budget(s), each half needs at least 2"
+        case "no_half_refit":
+            return f"no {note.half}-half refit: {note.error}"
+        case "no_profile":
+            return "no profile interval: φ is not identified by the point fit and bootstrap alone"
+        case "fit_at_bound":
+            return (
+                "the random-effects bootstrap simulates from the fit, which has "
+                f"{', '.join(note.at_bound)} on the edge of the fit box: its tables cannot show what that "
+                "edge hides, so it is not the reported interval; ci.phi is the wider of the cell bootstrap "
+                "and the profile interval"
+            )
+        case "no_law_check":
+            return NO_LAW_CHECK
+        case "no_budget_column":
+            return f"{frontier} or cell minima: the table has no 'budget' column"
+        case "no_width_column":
+            return f"{frontier}: the table has no 'width' column and no FLOPs model was given"
+        case "template_mismatch":
+            return (
+                f"{frontier}: the architecture template ({note.template}) does not match the runs: "
+                f"{note.error}; pass the sweep's template (--model-config sweep.yaml or a run's config.yaml)"
+            )
+        case "no_frontier":
+            return f"{frontier}: {note.error}"
 
 
 def protocol_text(protocol: ProtocolResult) -> str:
@@ -107,7 +159,7 @@ def protocol_text(protocol: ProtocolResult) -> str:
     if check is not None and check.verdict != "untestable":
         lines += ["", *law_check_lines(check)]
     lines.append(f"architecture template: {protocol.settings.template.source}")
-    lines += [f"note: {n}" for n in protocol.notes]
+    lines += [f"note: {protocol_note_text(n)}" for n in protocol.notes]
     return "\n".join(lines)
 
 

@@ -8,6 +8,7 @@ import math
 
 from loopscale.fit.labels import bptt_text, count_label, flops_label
 from loopscale.fit.protocol_results import ProtocolResult
+from loopscale.present.fit_text import minimum_miss_text, protocol_note_text
 from loopscale.report.document import Section, Table
 
 
@@ -16,7 +17,9 @@ def frontier_section(doc: ProtocolResult) -> Section:
     outside the widths the sweep ran is an extrapolation the runs cannot check: it is named, not numbered."""
     frontier = doc.compute_optimal
     if not frontier:
-        return Section("Compute-optimal allocation", ["Not available: " + "; ".join(doc.notes)])
+        return Section(
+            "Compute-optimal allocation", ["Not available: " + "; ".join(map(protocol_note_text, doc.notes))]
+        )
     header = ["C (FLOPs)", "r", "width d*", "N* (unique)", "N_eff*", "D* (tokens)", "L* (nats)", "gap to r=1"]
     rows = []
     unidentified_r = set()
@@ -69,7 +72,7 @@ def minima_section(doc: ProtocolResult) -> Section:
     for m in doc.cell_minima:
         head = [flops_label(m.budget), str(m.r), str(m.n_runs)]
         if not m.bracketed:  # no vertex numbers: an extrapolated vertex can be absurd
-            rows.append([*head, "not bracketed", "–", "–", m.reason])
+            rows.append([*head, "not bracketed", "–", "–", minimum_miss_text(m.reason)])
             continue
         gap = gaps.get((m.budget, m.r))
         gap_text = "–" if gap is None else f"{gap:+.4f}"

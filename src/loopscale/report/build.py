@@ -102,7 +102,7 @@ def _sections(doc, rows, skipped, table, template, below_bigram, figures: dict, 
         summary_section(doc, len(table), len(rows), baseline),
         case_study,
         law_check_section(doc, law_figure.path if law_figure else None),
-        design_checks_section(doc.to_dict(), rows, below_bigram),  # it reads fit.json's mapping yet
+        design_checks_section(doc, rows, below_bigram),
         result_section(doc, table, template),
         _collapsed(fits_section(doc)),
         _collapsed(frontier_section(doc)),

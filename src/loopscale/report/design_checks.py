@@ -5,7 +5,8 @@ runs that miss it. RMSEs and σ in nats."""
 from __future__ import annotations
 
 from loopscale.fit.labels import flops_label, percent_text
-from loopscale.fit.results import LawCheck, law_check_in
+from loopscale.fit.protocol_results import ProtocolResult
+from loopscale.fit.results import LawCheck
 from loopscale.present.numbers import interval
 from loopscale.report.document import Bullets, Section, Table
 from loopscale.report.formatting import finished_runs
@@ -30,10 +31,13 @@ def _met(ok: bool) -> str:
     return "yes" if ok else "**no**"
 
 
-def design_checks_section(doc, rows: list[dict], below_bigram: tuple[int, int, float] | None) -> Section:
+def design_checks_section(
+    doc: ProtocolResult, rows: list[dict], below_bigram: tuple[int, int, float] | None
+) -> Section:
     """Can these runs test the law? The factorial laptop design's targets (docs/sweeps.md), each with the
-    measured value, so that a missed one shows by how much, and the cells or runs that miss it."""
-    check = law_check_in(doc, "fit.json")
+    measured value, so that a missed one shows by how much, and the cells or runs that miss it. ``doc``: its
+    law check and cell minima are read."""
+    check = doc.law_check
     finished = finished_runs(rows)
     table: list[list[str]] = []
     notes: list[str] = []
@@ -81,16 +85,16 @@ def design_checks_section(doc, rows: list[dict], below_bigram: tuple[int, int, f
         name = f"top budget ({flops_label(top.budget)}) left out, predicted by {label}"
         measured = f"RMSE {top.rmse:.4f} nats = {top.rmse / sigma:.1f} σ"
         add(name, measured, target, top.rmse <= NOISE_MULTIPLE * sigma)
-    minima = doc.get("cell_minima") or []
+    minima = doc.cell_minima
     if minima:
-        vertex = sum(bool(m.get("bracketed")) for m in minima)
-        by_runs = sum(bool(m.get("runs_bracket")) for m in minima)
+        vertex = sum(m.bracketed for m in minima)
+        by_runs = sum(bool(m.runs_bracket) for m in minima)
         name = "iso-FLOP cells bracketed: vertex inside the widths / lowest run inside"
         add(name, f"{vertex} / {by_runs} of {len(minima)}", "all", vertex == by_runs == len(minima))
         edge: dict[float, list[str]] = {}
         for m in minima:
-            if not m.get("runs_bracket"):
-                edge.setdefault(m["budget"], []).append(str(m["r"]))
+            if not m.runs_bracket:
+                edge.setdefault(m.budget, []).append(str(m.r))
         if edge:
             notes.append(
                 "Cells whose lowest-loss run is at an end of the widths run: "

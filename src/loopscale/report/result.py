@@ -12,6 +12,7 @@ from loopscale.fit.labels import count_label, percent_text
 from loopscale.fit.law import LOWER, PARAMS, UPPER
 from loopscale.fit.protocol_results import Equivalence, ProtocolResult
 from loopscale.paper import JOINT_FIT, PHI_CI
+from loopscale.present.fit_text import protocol_note_text
 from loopscale.present.identification import disagreement_text, profile_method
 from loopscale.present.plots import method_name
 from loopscale.report.document import Bullets, Section, Table
@@ -185,7 +186,7 @@ def result_section(doc: ProtocolResult, table, template) -> Section:
         r = 4 if 4 in looped else looped[-1]
         params = float(sorted(plain)[len(plain) // 2])
         try:
-            eq = equivalence(params, r, phi, template, bptt_by_r(table).get(r))
+            eq = equivalence(params, r, phi, template, bptt_by_r(table).at(r))
         except UserError as exc:
             blocks.append(f"No equivalence statement: {exc}")
         else:
@@ -199,5 +200,5 @@ def result_section(doc: ProtocolResult, table, template) -> Section:
                 f"model with {count_label(eq.cost_equivalent_params)} parameters."
             )
     for note in doc.notes:
-        blocks.append(f"Note: {note}")
+        blocks.append(f"Note: {protocol_note_text(note)}")
     return Section("Result", blocks)
