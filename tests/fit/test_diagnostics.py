@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 from loopscale.fit import load_table, run_protocol
 from loopscale.fit.diagnostics import _bootstrap_bound_share, diagnose, form_ranking
 from loopscale.fit.fitter import LawFit
+from loopscale.fit.identification_results import ProfileResult
 from loopscale.fit.law import LOWER, PARAM_LABELS, PARAMS, PHI, UPPER, at_bound, bound_names, law_loss
 from loopscale.fit.profile import compare_intervals, profile_phi
-from loopscale.fit.protocol_results import CellBootstrap, ProfileResult
+from loopscale.fit.protocol_results import CellBootstrap
 from loopscale.paper import JOINT_FIT, grid_runs
 from loopscale.present.fit_text import protocol_text
 from loopscale.present.identification import (

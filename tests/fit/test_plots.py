@@ -28,7 +28,8 @@ from loopscale.fit.labels import (  # noqa: E402
     percent_text,  # noqa: E402
 )
 from loopscale.fit.law import law_loss  # noqa: E402
-from loopscale.fit.protocol_results import BaselineValues, ProfileResult  # noqa: E402
+from loopscale.fit.identification_results import ProfileResult  # noqa: E402
+from loopscale.fit.protocol_results import BaselineValues  # noqa: E402
 from loopscale.fit.template import load_template  # noqa: E402
 from loopscale.present.plot_axes import log_locator, panel_grid  # noqa: E402
 from loopscale.present.plots import FIGURES, _save, plot_protocol, protocol_figures  # noqa: E402

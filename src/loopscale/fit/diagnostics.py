@@ -27,18 +27,17 @@ from __future__ import annotations
 import numpy as np
 
 from loopscale.fit.fitter import LawFit
-from loopscale.fit.law import BOUND_TOL, LOWER, PARAM_LABELS, PARAMS, PHI, UPPER, at_bound
-from loopscale.fit.protocol_results import (
+from loopscale.fit.identification_results import (
     BoundsFound,
-    CellBootstrap,
     Diagnostics,
     FormRanking,
     IdentificationChecks,
     ParamAtBound,
     PhiFlag,
     ProfileResult,
-    RandomEffectsBootstrap,
 )
+from loopscale.fit.law import BOUND_TOL, LOWER, PARAM_LABELS, PARAMS, PHI, UPPER, at_bound
+from loopscale.fit.protocol_results import CellBootstrap, RandomEffectsBootstrap
 
 BOOTSTRAP_BOUND_SHARE = 0.05  # more refits than this with φ at a bound → φ not identified
 SHAPE = ("E", "alpha", "beta")

@@ -40,8 +40,8 @@ from loopscale.fit.fitter import (
     minimise_batch,
     single_blas_thread,
 )
+from loopscale.fit.identification_results import IntervalDisagreement, ProfileResult
 from loopscale.fit.law import BOUND_TOL, LOWER, PARAMS, PHI, UPPER, Design
-from loopscale.fit.protocol_results import IntervalDisagreement, ProfileResult
 from loopscale.fit.table import RunTable
 
 PROFILE_LEVEL = 0.95

@@ -32,21 +32,18 @@ from loopscale.fit.analyses import (
 from loopscale.fit.bootstrap import BOOTSTRAP_RESTARTS, bootstrap_fit, random_effects_bootstrap
 from loopscale.fit.diagnostics import diagnose, diagnosis
 from loopscale.fit.fitter import LawFit, fit_law
+from loopscale.fit.identification_results import BoundsFound, Diagnostics, IdentificationChecks, ProfileResult
 from loopscale.fit.law import EXTENSIONS, FORMS, HUBER_DELTA, LOWER, PHI, UPPER
 from loopscale.fit.lawcheck import check_law
 from loopscale.fit.priors import NO_LAW_CHECK, Held, fixed_settings
 from loopscale.fit.profile import compare_intervals, profile_phi
 from loopscale.fit.protocol_results import (
-    BoundsFound,
     CellBootstrap,
     CellMinimum,
-    Diagnostics,
     FitSummary,
     Frontier,
     FrontierEntry,
-    IdentificationChecks,
     LoopWorth,
-    ProfileResult,
     ProtocolNote,
     ProtocolResult,
     ProtocolSettings,

@@ -2,7 +2,7 @@
 
 Each record's fields are the keys fit.json has held since the protocol landed, so ``to_dict()`` writes the
 same JSON; the few keys fit.json only holds where they apply (a frontier row's ``within_widths_run``, a
-loop-worth row's ``budget``) are left out while None (``_Sparse``). Sentences about these results (the
+loop-worth row's ``budget``) are left out while None (``SparseRecord``). Sentences about these results (the
 identification verdict, its reasons, the profile's method, …) are written by ``loopscale.present``; a
 fit.json written before these records held such sentences, and ``fit.protocol.read_protocol`` converts it.
 
@@ -17,25 +17,15 @@ from typing import Any, Literal
 
 import numpy as np
 
-from loopscale.fit.results import LawCheck, Record
-
-
-class _Sparse(Record):
-    """A record whose ``OPTIONAL`` fields are left out of ``to_dict`` while None: fit.json holds those keys
-    only where they apply (``from_dict`` reads their absence as None)."""
-
-    OPTIONAL: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in super().to_dict().items() if not (k in self.OPTIONAL and v is None)}
-
+from loopscale.fit.identification_results import Diagnostics, ProfileResult
+from loopscale.fit.results import LawCheck, Record, SparseRecord
 
 # ---------------------------------------------------------------------------------------------------------
 # fit.analyses
 
 
 @dataclass(frozen=True)
-class LoopWorth(_Sparse):
+class LoopWorth(SparseRecord):
     """r loops are worth r^φ unique blocks (``worth``); ``fraction`` = r^φ / r of full equivalence. In the
     protocol's rows also the φ used and the law's form; phi-trend-c: the ``budget`` (FLOPs) φ is taken at,
     phi-trend-n: the N_unrolled (parameters) it is taken at."""
@@ -52,7 +42,7 @@ class LoopWorth(_Sparse):
 
 
 @dataclass(frozen=True)
-class Equivalence(_Sparse):
+class Equivalence(SparseRecord):
     """A non-looped model of ``params`` parameters against the r-loop model at its width (``fit.analyses.
     equivalence``): sizes in parameters, ratios to ``params``, FLOPs ratios per token as trained."""
 
@@ -94,7 +84,7 @@ class Residuals(Record):
 
 
 @dataclass(frozen=True)
-class FrontierRow(_Sparse):
+class FrontierRow(SparseRecord):
     """The law's optimum at one (budget, r): width d*, N* (unique), N_eff*, D* (tokens), L* (nats);
     ``at_edge``: on the edge of the width search; ``within_widths_run``: inside the widths the sweep ran
     (None: not known)."""
@@ -112,7 +102,7 @@ class FrontierRow(_Sparse):
 
 
 @dataclass(frozen=True)
-class FrontierEntry(_Sparse):
+class FrontierEntry(SparseRecord):
     """One r's frontier: its rows by budget, N* ∝ C^a_N and D* ∝ C^a_D (two budgets or more), and the loss
     gap to r = 1 per budget (nats; when r = 1 is on the frontier)."""
 
@@ -125,7 +115,7 @@ class FrontierEntry(_Sparse):
 
 
 @dataclass(frozen=True)
-class Frontier(_Sparse):
+class Frontier(SparseRecord):
     """The compute-optimal frontier (``fit.analyses.compute_optimal``) per r (keys: r as text);
     ``bptt_k``: r → k of the truncated-BPTT arms (None in a fit.json written before it was recorded);
     ``form``: the law's form the protocol fitted it with."""
@@ -146,7 +136,7 @@ MinimumMiss = Literal["few_widths", "opens_downward", "below_widths", "above_wid
 
 
 @dataclass(frozen=True)
-class CellMinimum(_Sparse):
+class CellMinimum(SparseRecord):
     """The empirical iso-FLOP vertex of one (budget, r) cell (``fit.analyses.parabola_minima``): N* and L*
     (nats) only where the runs bracket it; ``runs_bracket`` None in a fit.json written before it existed.
     ``reason`` codes why a vertex is not given."""
@@ -214,176 +204,6 @@ class RandomEffectsBootstrap(Record):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# fit.profile
-
-End = Literal["lower", "upper"]
-
-
-@dataclass(frozen=True)
-class IntervalDisagreement(Record):
-    """How φ's profile interval and bootstrap CI disagree (``fit.profile.compare_intervals``).
-
-    ``open_end``: ``open_one`` is open at ``ends[0]`` (it reaches the box edge) where the other is closed;
-    ``ends_differ``: closed ends differ at ``ends`` by more than a quarter of the wider interval's width.
-    ``bootstrap`` and ``profile`` are the two intervals at ``level`` (a profile end None: open)."""
-
-    kind: Literal["open_end", "ends_differ"]
-    ends: tuple[End, ...]
-    bootstrap: tuple[float, float]
-    profile: tuple[float | None, float | None]
-    level: float
-    open_one: Literal["profile", "bootstrap"] | None = None
-
-
-@dataclass(frozen=True)
-class ProfileResult(Record):
-    """The profile-likelihood interval for φ (``fit.profile.profile_phi``): the grid ``phi``, the
-    least-squares ``objective`` (½·RSS of log loss) and ``deviance`` at each point, the χ²₁ ``threshold`` at
-    ``level``, the ``interval`` (an end None: ``open``), the least-squares ``phi_hat`` and ``rss_min``, and
-    whether it agrees with the bootstrap CI (None: no CI to compare; ``disagreement`` says how not)."""
-
-    phi: tuple[float, ...]
-    objective: tuple[float, ...]
-    deviance: tuple[float, ...]
-    threshold: float
-    level: float
-    interval: tuple[float | None, float | None]
-    open: tuple[bool, bool]
-    phi_hat: float
-    rss_min: float
-    n_runs: int
-    disjoint: bool
-    agrees_with_bootstrap: bool | None
-    disagreement: IntervalDisagreement | None
-
-
-# ---------------------------------------------------------------------------------------------------------
-# fit.diagnostics
-
-Side = Literal["lower", "upper"]
-IdentificationVerdict = Literal["plain", "not_identified", "identified_given_shape", "identified"]
-
-
-@dataclass(frozen=True)
-class BoundsFound(Record):
-    """Parameters (labels: "E", "alpha", "phi", …) on an edge of the fit box: of the main fit, of each
-    joint form, and the share of bootstrap refits with each free parameter there."""
-
-    point: tuple[str, ...]
-    forms: dict[str, tuple[str, ...]]
-    bootstrap_share: dict[str, float]
-
-
-@dataclass(frozen=True)
-class IdentificationChecks(_Sparse):
-    """The identification checks made (``fit.diagnostics``); a check not made is None (left out)."""
-
-    OPTIONAL = (
-        "phi_at_bound",
-        "profile_open",
-        "bootstrap_ci_at_bound",
-        "bootstrap_phi_at_bound_share",
-        "interval_spans_0_and_1",
-    )
-
-    phi_at_bound: bool | None = None
-    profile_open: bool | None = None
-    bootstrap_ci_at_bound: bool | None = None
-    bootstrap_phi_at_bound_share: float | None = None
-    interval_spans_0_and_1: bool | None = None
-    shape_at_bound: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class PhiFlag(_Sparse):
-    """One reason φ is not identified, with the numbers its sentence quotes (``present.fit_text``):
-
-    ``phi_at_bound``: the joint fit's ``phi`` on its ``side`` bound; ``profile_open``: the profile
-    ``interval`` is ``open`` (deviance under ``threshold`` to the edge); ``bootstrap_ci_at_bound``: the
-    bootstrap CI ``interval`` at ``level`` touches the box; ``bootstrap_share``: ``refits`` of ``resamples``
-    (``share``) put φ at a bound; ``spans_0_and_1``: the ``source`` interval holds both φ = 0 and φ = 1."""
-
-    OPTIONAL = (
-        "interval",
-        "phi",
-        "side",
-        "open",
-        "threshold",
-        "level",
-        "refits",
-        "resamples",
-        "share",
-        "source",
-    )
-
-    kind: Literal["phi_at_bound", "profile_open", "bootstrap_ci_at_bound", "bootstrap_share", "spans_0_and_1"]
-    interval: tuple[float | None, float | None] | None = None
-    phi: float | None = None
-    side: Side | None = None
-    open: tuple[bool, bool] | None = None
-    threshold: float | None = None
-    level: float | None = None
-    refits: int | None = None
-    resamples: int | None = None
-    share: float | None = None
-    source: Literal["bootstrap", "profile"] | None = None
-
-
-@dataclass(frozen=True)
-class ParamAtBound(Record):
-    """A parameter of the main fit other than φ on an edge of the fit box: its label and which edge."""
-
-    name: str
-    side: Side
-
-
-@dataclass(frozen=True)
-class FormRanking(Record):
-    """Two forms that R² and the minimised objective rank in opposite orders: ``worse`` has the worse
-    (higher) objective but the higher R²."""
-
-    worse: str
-    better: str
-    r2_worse: float
-    r2_better: float
-    objective_worse: float
-    objective_better: float
-
-
-@dataclass(frozen=True)
-class Diagnostics(Record):
-    """Is φ identified (``fit.diagnostics.diagnose``)? ``verdict`` is the code of the report's sentence
-    (``present.fit_text.identification_verdict``), the other fields the numbers it and the reasons quote:
-
-    ``phi_flags``: why φ is not identified, in the order checked; ``bounds``: the main fit's other
-    parameters on an edge; ``phi``: the joint fit's φ (None: the plain law); ``fixed_phi``: the main fit's φ
-    where it fixes one; ``bootstrap_ci`` at ``bootstrap_level`` and ``profile_interval``: the intervals the
-    verdict quotes; ``intervals_disagree``: they disagree; ``held``: labels of the parameters held fixed;
-    ``ranking``: a pair of forms R² ranks against the objective (None: none)."""
-
-    at_bound: BoundsFound
-    phi_identified: bool | None
-    checks: IdentificationChecks
-    verdict: IdentificationVerdict
-    phi_flags: tuple[PhiFlag, ...]
-    bounds: tuple[ParamAtBound, ...]
-    n_runs: int
-    phi: float | None
-    fixed_phi: float | None
-    bootstrap_ci: tuple[float, float] | None
-    bootstrap_level: float | None
-    profile_interval: tuple[float | None, float | None] | None
-    intervals_disagree: bool
-    held: tuple[str, ...]
-    ranking: FormRanking | None
-
-    @property
-    def shape(self) -> tuple[str, ...]:
-        """The shape parameters (E, α, β) on an edge: φ is then conditional on where the box was drawn."""
-        return self.checks.shape_at_bound
-
-
-# ---------------------------------------------------------------------------------------------------------
 # The whole document (fit.protocol.Protocol.to_dict)
 
 # A part of the protocol the table could not support (``present.fit_text.protocol_note_text`` words it)
@@ -394,7 +214,7 @@ NoteCode = Literal[
 
 
 @dataclass(frozen=True)
-class ProtocolNote(_Sparse):
+class ProtocolNote(SparseRecord):
     """One note of the protocol, with what its sentence quotes: the loop count ``r`` or budget ``half``
     whose fit failed, the number of ``budgets``, the parameters ``at_bound``, the ``template``'s source.
     ``error``: the one-line UserError (or template mismatch) that stopped that part, as raised."""
@@ -411,7 +231,7 @@ class ProtocolNote(_Sparse):
 
 
 @dataclass(frozen=True)
-class FitSummary(_Sparse):
+class FitSummary(SparseRecord):
     """One fitted law as fit.json holds it (``fit.fitter.LawFit.to_dict``): its coefficients (A, B, E and
     their logs a, b, e; φ for the joint forms; ``ext`` for an extension), the minimised objective (summed
     Huber of log loss), R² on raw losses, the parameters on a box edge and those held (labels)."""
@@ -529,7 +349,7 @@ class BaselineValues(Record):
 
 
 @dataclass(frozen=True)
-class Baselines(_Sparse):
+class Baselines(SparseRecord):
     """The sweep's count baselines (``analysis.baselines``): their ``values`` and the ``dataset`` path
     (relative to the report), or None with the ``note`` that says why they are not available."""
 
@@ -574,7 +394,7 @@ class MachineUse(Record):
 
 
 @dataclass(frozen=True)
-class ProtocolResult(_Sparse):
+class ProtocolResult(SparseRecord):
     """The fitting protocol's document (fit.json), read once by the analysis and rendered by report/.
 
     ``ci``: the reported CIs of the coefficients, ``ci_method`` how φ's was made, ``ci_secondary`` φ's other

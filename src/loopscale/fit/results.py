@@ -123,6 +123,16 @@ def _decode(tp: Any, value: Any, where: str) -> Any:
     raise TypeError(f"{where}: no decoder for type {tp!r}")  # a programming error in a record's fields
 
 
+class SparseRecord(Record):
+    """A record whose ``OPTIONAL`` fields are left out of ``to_dict`` while None: fit.json holds those keys
+    only where they apply (``from_dict`` reads their absence as None)."""
+
+    OPTIONAL: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in super().to_dict().items() if not (k in self.OPTIONAL and v is None)}
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Intervals and tests
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import math
 
+from loopscale.fit.identification_results import Diagnostics, FormRanking, IntervalDisagreement, PhiFlag
 from loopscale.fit.law import HUBER_DELTA, LOWER, PARAM_LABELS, PHI, UPPER
-from loopscale.fit.protocol_results import Diagnostics, FormRanking, IntervalDisagreement, PhiFlag
 from loopscale.present.numbers import interval
 
 _DELTA = "1e-3" if HUBER_DELTA == 1e-3 else f"{HUBER_DELTA:g}"
