@@ -22,13 +22,13 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from loopscale.fit import load_table, run_protocol  # noqa: E402
+from loopscale.fit.identification_results import ProfileResult  # noqa: E402
 from loopscale.fit.labels import (  # noqa: E402
     count_label,
     flops_label,
     percent_text,  # noqa: E402
 )
 from loopscale.fit.law import law_loss  # noqa: E402
-from loopscale.fit.identification_results import ProfileResult  # noqa: E402
 from loopscale.fit.protocol_results import BaselineValues  # noqa: E402
 from loopscale.fit.template import load_template  # noqa: E402
 from loopscale.present.plot_axes import log_locator, panel_grid  # noqa: E402
