@@ -108,8 +108,11 @@ def _settings(tmp_path: Path, **kw) -> PriceSettings:
 def test_price_stops_at_the_first_look_that_names_an_effect_and_writes_its_report(tmp_path, monkeypatch):
     calls: list = []
     _fake_training(monkeypatch, -0.08, calls)
-    result = price(_settings(tmp_path), echo=lambda line: None)
+    lines: list = []
+    result = price(_settings(tmp_path), echo=lines.append)
     first = result.looks[0]
+    # the run ends with its verdict (a number and its interval), then where the report is
+    assert lines[-2].startswith("hyperconnections: ") and " [" in lines[-2] and "report.md" in lines[-1]
     assert len(result.looks) == 1 and first.stop == "decided" and first.pairs == 4 and calls == [4]
     assert {"offset"} <= set(result.effects.chosen_terms)
     assert first.size < 0.04 and result.effects.ci_level == pytest.approx(1 - first.size)

@@ -213,8 +213,10 @@ def price(settings: PriceSettings, echo=print) -> PriceResult:
         )
         if look.stop:
             break
+    from loopscale.present.price_text import price_verdict
     from loopscale.report.price import write_price_report
 
+    echo(price_verdict(result))  # the number and its interval end the run, as they lead the report
     echo(f"{name}: {write_price_report(result, settings.out, read_test_time(settings.out))}")
     return result
 
