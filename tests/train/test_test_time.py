@@ -100,3 +100,15 @@ def test_an_arm_without_base_weights_is_one_line_and_retrain_trains_them(finishe
 def test_retrain_needs_a_folder_to_retrain_into():
     with pytest.raises(UserError, match="--retrain needs --weights-from"):
         DepthEvalSettings(Path("arm"), retrain=True).validate()
+
+
+def test_an_interrupted_eval_depth_names_a_resume_that_keeps_what_it_finished(tmp_path, monkeypatch, capsys):
+    from loopscale.cli import main
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(arm_test_time, "eval_depth", interrupted)
+    assert main(["eval-depth", str(tmp_path), "--force"]) == 130
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == f"loopscale eval-depth: interrupted; resume with `loopscale eval-depth {tmp_path}`"

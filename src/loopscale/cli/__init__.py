@@ -62,7 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         warnings.simplefilter("default", UserWarning)
         code, error = _run(args)
     if code == 130 and error is not None and args.command in RESUMED_BY_RERUN:
-        error += f"; resume with `{shlex.join(['loopscale', *argv])}`"
+        # without --force ("evaluate again"): a rerun keeps what the interrupted one finished
+        again = [arg for arg in argv if arg != "--force"]
+        error += f"; resume with `{shlex.join(['loopscale', *again])}`"
     ours = [_one_line(str(w.message)) for w in caught if w.category.__module__.startswith("loopscale")]
     for w in caught:  # other libraries' warnings, as Python shows them
         if not w.category.__module__.startswith("loopscale"):
