@@ -136,7 +136,7 @@ def test_a_pair_of_runs_trained_at_another_r_is_refused():
 
 
 def test_the_sentence_names_a_difference_only_where_its_interval_excludes_0_and_the_figure_draws(tmp_path):
-    from loopscale.present.test_time import TestTimeDisplay, gain_sentence, test_time_lines
+    from loopscale.present.test_time import TestTimeDisplay, depth_lines, gain_sentence
 
     depth = analyse_test_time("sampled-depth", _random_pairs(np.random.default_rng(0)))
     named = [g for g in depth.gains if g.ci.high < 0 or g.ci.low > 0]
@@ -147,7 +147,7 @@ def test_the_sentence_names_a_difference_only_where_its_interval_excludes_0_and_
     for gain in depth.gains:
         if gain not in named:
             assert "no difference named" in gain_sentence(gain, "sampled-depth")
-    lines = test_time_lines(depth)
+    lines = depth_lines(depth)
     assert len(lines) == 4 and "98.3%" in lines[-1] and "Bonferroni" in lines[-1]
     png = TestTimeDisplay.from_result(depth).plot().save(tmp_path / "loss_by_test_time_r")
     assert png.is_file() and png.with_suffix(".svg").is_file()

@@ -112,3 +112,11 @@ def test_an_interrupted_eval_depth_names_a_resume_that_keeps_what_it_finished(tm
     assert main(["eval-depth", str(tmp_path), "--force"]) == 130
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last == f"loopscale eval-depth: interrupted; resume with `loopscale eval-depth {tmp_path}`"
+
+
+def test_a_damaged_test_time_json_is_one_line_naming_the_file(finished, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)
+    (run / TEST_TIME_FILE).write_text('{"schema": 1}')
+    with pytest.raises(UserError, match=r"test_time.json: not a test_time.json loopscale reads .*delete it"):
+        evaluate_run(run)

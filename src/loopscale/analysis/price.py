@@ -223,29 +223,17 @@ def price(settings: PriceSettings, echo=print) -> PriceResult:
 
 def read_price(path: Path) -> PriceResult:
     """price.json as a ``PriceResult``; a file that is not one is a one-line UserError naming it."""
-    from loopscale.fit.results import RecordError
-    from loopscale.sweep.rundir import read_json
+    from loopscale.sweep.rundir import read_record
 
-    try:
-        return PriceResult.from_dict(read_json(path, "rerun `loopscale price`"))
-    except RecordError as exc:
-        raise UserError(f"{path}: not a price.json loopscale reads ({exc}); rerun `loopscale price`") from exc
+    return read_record(path, PriceResult, "rerun `loopscale price`")
 
 
 def read_test_time(arm: Path) -> TestTimeDepth | None:
     """ARM/test_time.json (``loopscale eval-depth``) as a TestTimeDepth, None where the arm has none."""
-    from loopscale.fit.results import RecordError
-    from loopscale.sweep.rundir import read_json
+    from loopscale.sweep.rundir import read_record
 
     path = arm / TEST_TIME_FILE
-    if not path.is_file():
-        return None
-    try:
-        return TestTimeDepth.from_dict(read_json(path, "rerun `loopscale eval-depth`"))
-    except RecordError as exc:
-        raise UserError(
-            f"{path}: not a test_time.json loopscale reads ({exc}); rerun `loopscale eval-depth`"
-        ) from exc
+    return read_record(path, TestTimeDepth, "rerun `loopscale eval-depth`") if path.is_file() else None
 
 
 def _settings_json(settings: PriceSettings) -> dict:

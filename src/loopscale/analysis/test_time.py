@@ -33,11 +33,11 @@ class DepthEvalSettings:
 
 def _runs_by_cell(folder: Path) -> dict[tuple, Path]:
     """{(budget, width, r, seed): run folder} of the finished runs of a sweep folder."""
-    from loopscale.sweep.collect import collect
+    from loopscale.sweep.collect import collect_rows
     from loopscale.sweep.rundir import run_dir
 
     cells: dict[tuple, Path] = {}
-    for row in collect(folder)[0]:
+    for row in collect_rows(folder):  # read only: the folders' tables and curves are left as they are
         if row.get("status") == "ok":
             cells.setdefault(
                 (row["budget"], row["width"], row["r"], row["seed"]), run_dir(folder, row["run"])

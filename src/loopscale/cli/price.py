@@ -86,11 +86,11 @@ def cmd_price(args: argparse.Namespace) -> int:
 def cmd_eval_depth(args: argparse.Namespace) -> int:
     from loopscale.analysis.test_time import DepthEvalSettings, eval_depth
     from loopscale.cli import require_input
-    from loopscale.present.test_time import test_time_lines
+    from loopscale.present.test_time import depth_lines
 
     require_input(args.arm, "ARM price folder", folder=True)
     if args.weights_from is not None and not args.retrain:
         require_input(args.weights_from, "--weights-from folder", folder=True)
     depth = eval_depth(DepthEvalSettings(args.arm, args.weights_from, args.retrain, args.force))
-    print("\n".join(test_time_lines(depth)))
+    print("\n".join(depth_lines(depth)))
     return 0

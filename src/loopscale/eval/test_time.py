@@ -17,7 +17,7 @@ from loopscale.errors import UserError
 from loopscale.fit.effect_results import TEST_TIME_SCHEMA, TestTimeRun
 from loopscale.fit.test_time import TEST_TIME_FILE, eval_loop_counts
 from loopscale.io import atomic_write_json
-from loopscale.sweep.rundir import read_json
+from loopscale.sweep.rundir import read_json, read_record
 from loopscale.train import checkpoint as ckpt
 
 RETRAIN_HINT = "loopscale train --config {run}/config.yaml --out {into}/{name} --threads {threads}"
@@ -41,7 +41,7 @@ def evaluate_run(run: Path, weights_from: Path | None = None, force: bool = Fals
 
     stored = run / TEST_TIME_FILE
     if stored.is_file() and not force:
-        return TestTimeRun.from_dict(read_json(stored, "delete it to evaluate the run again"), str(stored))
+        return read_record(stored, TestTimeRun, "delete it to evaluate the run again")
     result = read_json(run / "result.json", "rerun the run")
     if result.get("status") != "ok" or result.get("val_loss") is None:
         raise UserError(f"{run}: not a finished run (status {result.get('status')!r}); nothing to evaluate")

@@ -32,7 +32,7 @@ def gain_sentence(gain: TestTimeGain, recipe: str) -> str:
     )
 
 
-def test_time_lines(depth: TestTimeDepth) -> list[str]:
+def depth_lines(depth: TestTimeDepth) -> list[str]:
     """The sentences of the report's test-time section, one per relation, then how the numbers were got."""
     retrained = sum(run.weights == "retrained" for p in depth.pairs for run in (p.base, p.variant))
     how = (

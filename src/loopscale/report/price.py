@@ -9,7 +9,7 @@ from loopscale.fit.effect_results import PriceResult, TestTimeDepth
 from loopscale.io import atomic_write_text
 from loopscale.present.case_study_figures import EffectsDisplay, ExcessByWidthDisplay
 from loopscale.present.price_text import price_verdict
-from loopscale.present.test_time import TestTimeDisplay, test_time_lines
+from loopscale.present.test_time import TestTimeDisplay, depth_lines
 from loopscale.report.compare import effect_blocks
 from loopscale.report.document import Document, Image, Section, Table
 from loopscale.report.figures import caption
@@ -77,4 +77,4 @@ def write_price_report(result: PriceResult, out: Path, depth: TestTimeDepth | No
 
 def _test_time_section(depth: TestTimeDepth, out: Path) -> Section:
     figure = TestTimeDisplay.from_result(depth).plot().save(out / "loss_by_test_time_r")
-    return Section("Loops at test time", [*test_time_lines(depth), Image(figure, caption(figure))])
+    return Section("Loops at test time", [*depth_lines(depth), Image(figure, caption(figure))])

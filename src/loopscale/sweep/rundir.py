@@ -95,6 +95,17 @@ def read_json(path: Path, remedy: str = "delete it to rerun this run") -> dict:
     return data
 
 
+def read_record(path: Path, record: type, remedy: str):
+    """``path``'s JSON as a ``record`` (a ``fit.results.Record`` type): unreadable JSON (``read_json``) or
+    data that does not make the record is a one-line UserError naming the file and ending in ``remedy``."""
+    from loopscale.fit.results import RecordError
+
+    try:
+        return record.from_dict(read_json(path, remedy), str(path))
+    except RecordError as exc:
+        raise UserError(f"{path}: not a {path.name} loopscale reads ({exc}); {remedy}") from exc
+
+
 def read_policy(root: Path) -> dict | None:
     """The thread policy a local sweep started with (``executor.json``), or None before its first start."""
     path = Path(root) / POLICY_FILE
@@ -172,8 +183,9 @@ def init_sweep(spec: SweepSpec, root: Path) -> list[PlannedRun]:
             atomic_write_text(config_path, text)
     reused = reuse_runs(spec, root, runs)
     if reused:
-        print(f"loopscale sweep: {reused} finished run(s) reused from {', '.join(spec.reuse)}",
-              file=sys.stderr)
+        print(
+            f"loopscale sweep: {reused} finished run(s) reused from {', '.join(spec.reuse)}", file=sys.stderr
+        )
     return runs
 
 
