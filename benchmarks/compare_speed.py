@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from loopscale.fit import load_table
-from loopscale.fit.effects import with_base_fit
+from loopscale.pairs.effects import with_base_fit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from effect_attribution import variant_arm  # noqa: E402

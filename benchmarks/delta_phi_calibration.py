@@ -38,10 +38,10 @@ from loopscale.fit.bootstrap import (
     simulate_tables,
     variance_components,
 )
-from loopscale.fit.compare import delta_phi_shared, make_arms
 from loopscale.fit.fitter import fit_law
 from loopscale.fit.table import RunTable
 from loopscale.io import atomic_write_json
+from loopscale.pairs.compare import delta_phi_shared, make_arms
 from loopscale.sweep import plan_sweep, preset
 
 SCENARIOS = (  # (variant preset, true Δφ, error structure)

@@ -11,12 +11,12 @@ re-trained under another name, with a known effect added to the base run's own l
 - ``D multiplier 1.5``: L̂(1.5·D) − L̂(D) (a data multiplier: shrinks with D);
 - ``width slope``: −0.06 nats − 0.14 per decade of width (hyperconnections' shape).
 
-Each arm goes through ``fit.effects.analyse_pairs`` exactly as ``loopscale compare`` runs it. Printed per
+Each arm goes through ``pairs.effects.analyse_pairs`` exactly as ``loopscale compare`` runs it. Printed per
 effect: the share of arms naming each model, wrong attribution (a term named that the truth lacks),
 **disagreement** (a named term whose printed interval holds 0; the goal: none), how often the truth's shape
 is named (a term of the chosen model, or a multiplier named beside a constant: ``also_consistent``), how
 often a wrong term is named with the truth nowhere in the verdict, how often the verdict says
-the effect is not one constant along width, and how often each shape of ``fit.effect_shapes`` describes the
+the effect is not one constant along width, and how often each shape of ``pairs.shapes`` describes the
 pairs (lack of fit p ≥ 0.01).
 
     python benchmarks/effect_attribution.py --arms 10 --out results/law-check/effect-attribution.json
@@ -32,11 +32,11 @@ from pathlib import Path
 import numpy as np
 
 from loopscale.fit import load_table
-from loopscale.fit.effects import BaseLaw, analyse_pairs, with_base_fit
 from loopscale.fit.fitter import design_for
 from loopscale.fit.law import log_prediction
 from loopscale.fit.table import RunTable
 from loopscale.io import atomic_write_json
+from loopscale.pairs.effects import BaseLaw, analyse_pairs, with_base_fit
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Each effect's shape as a verdict names it: a term of the rule, or a multiplier named beside a constant

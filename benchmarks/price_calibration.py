@@ -4,7 +4,7 @@ The plan is ``price``'s for a 1-hour cap against ``results/laptop-factorial`` (t
 greedy order, 21 pairs, looks after 4, 6, …, 21 pairs). Sequences of pairs are simulated on it with a known
 truth (pair errors: the base's seed noise and the base law's (r, width) misfit, as ``price`` starts from),
 and the rule runs after every look exactly as ``price`` does, stopping at the first look that names an
-effect. Printed per truth, for α spent over the looks (``design.sequential``) and, for contrast, for the
+effect. Printed per truth, for α spent over the looks (``pairs.sequential``) and, for contrast, for the
 full α at every look: wrong attribution (a term named that the truth lacks), named-with-an-interval-holding-0,
 coverage of the true model's interval at the stop, and where the sequences stopped.
 Goal: wrong attribution ≤ 5% and coverage ≥ 0.95 with looks after every batch.
@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 
 from loopscale.analysis.price import PriceSettings, plan_price
-from loopscale.design.sequential import sequential_calibration
-from loopscale.fit.effect_rule import Simulator, known_covariance
-from loopscale.fit.effects import Pairs, base_law
 from loopscale.io import atomic_write_json
+from loopscale.pairs.effects import Pairs, base_law
+from loopscale.pairs.rule import Simulator, known_covariance
+from loopscale.pairs.sequential import sequential_calibration
 
 ROOT = Path(__file__).resolve().parents[1]
 TRUTHS = {

@@ -10,7 +10,7 @@ import ast
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-NO_TORCH = ("loopscale.fit", "loopscale.design")  # NumPy/SciPy only (CONTRIBUTING.md)
+NO_TORCH = ("loopscale.fit", "loopscale.pairs", "loopscale.design")  # NumPy/SciPy only (CONTRIBUTING.md)
 
 
 def _modules() -> dict[str, tuple[Path, bool]]:
@@ -114,14 +114,28 @@ def test_fit_and_design_never_import_torch():
     assert any(name.startswith("loopscale.design") for name in packages)
 
 
-def test_fit_never_imports_design():
+def test_fit_never_imports_design_or_pairs():
+    """The law (fit/) sits below the pair analysis (pairs/) and the designs (design/): data flows one way."""
     graph, _ = import_graph()
     assert sorted(
         (name, target)
         for name, edges in graph.items()
         if name.startswith("loopscale.fit")
         for target in edges
-        if target.startswith("loopscale.design")
+        if target.startswith(("loopscale.design", "loopscale.pairs"))
+    ) == []
+
+
+def test_numbers_layers_write_no_sentence():
+    """Issue 49: fit/, pairs/ and design/ return numbers; sentences live in present/, which none imports."""
+    graph, _ = import_graph()
+    layers = ("loopscale.fit", "loopscale.pairs", "loopscale.design")
+    assert sorted(
+        (name, target)
+        for name, edges in graph.items()
+        if name.startswith(layers)
+        for target in edges
+        if target.startswith("loopscale.present")
     ) == []
 
 
@@ -150,7 +164,7 @@ def test_fit_computes_from_tables_and_imports_no_layer_above_or_beside_it():
     leaks = {
         name: sorted(t for t in targets if t.startswith(banned))
         for name, targets in graph.items()
-        if name.startswith("loopscale.fit")
+        if name.startswith(("loopscale.fit", "loopscale.pairs"))
     }
     assert not {k: v for k, v in leaks.items() if v}, leaks
 
@@ -159,8 +173,8 @@ def test_fit_computes_from_tables_and_imports_no_layer_above_or_beside_it():
 # the files a sweep publishes; never a fit, a collect, a training or data step, or the analysis driver.
 REPORT_MAY_IMPORT = (
     "loopscale.fit.results",
-    "loopscale.fit.effect_results",
-    "loopscale.fit.case_study_results",
+    "loopscale.pairs.results",
+    "loopscale.pairs.case_study_results",
     "loopscale.fit.protocol_results",
     "loopscale.fit.labels",
     "loopscale.fit.law",

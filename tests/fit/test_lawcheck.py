@@ -14,7 +14,6 @@ from scipy.stats import f as f_dist
 
 from loopscale.fit import load_table
 from loopscale.fit.bootstrap import effect_groups, random_effects_bootstrap, variance_components
-from loopscale.fit.case_study_results import read_case_study
 from loopscale.fit.fitter import design_for, fit_law
 from loopscale.fit.law import (
     EXTENSIONS,
@@ -25,6 +24,7 @@ from loopscale.fit.law import (
 )
 from loopscale.fit.lawcheck import check_law, lack_of_fit, phi_halves, replicate_noise, residual_decomposition
 from loopscale.fit.results import Evidence, HalfPhi, LawCheck, RecordError, RunNoise
+from loopscale.pairs.case_study_results import read_case_study
 from loopscale.paper import JOINT_FIT
 from loopscale.present.compare_text import case_study_verdict
 from loopscale.present.law_check import law_headline

@@ -18,8 +18,8 @@ from loopscale.analysis.test_time import DepthEvalSettings, eval_depth
 from loopscale.data.dataset import PackedDataset
 from loopscale.errors import UserError
 from loopscale.eval.test_time import evaluate_run
-from loopscale.fit.effect_results import TestTimeDepth, TestTimeRun
-from loopscale.fit.test_time import TEST_TIME_FILE
+from loopscale.pairs.results import TestTimeDepth, TestTimeRun
+from loopscale.pairs.test_time import TEST_TIME_FILE
 from loopscale.train import train
 from loopscale.train.loop import load_checkpoint_model
 from tests.train.conftest import tiny_config

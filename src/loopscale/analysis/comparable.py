@@ -1,4 +1,4 @@
-"""Checks 1-3 of ``fit.comparable``: are two arms' sweeps one setup apart from the recipe? Read from each
+"""Checks 1-3 of ``pairs.comparable``: are two arms' sweeps one setup apart from the recipe? Read from each
 arm's sweep.yaml (the groups that ran the table's runs) or its runs' config files; keys a spec leaves out
 take the defaults of ``ModelConfig`` / ``DataConfig``. Here, not in fit/, because it reads run configs (the
 training package's data config); NumPy and YAML only, so the CLI runs it before SciPy loads.

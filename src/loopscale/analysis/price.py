@@ -6,12 +6,12 @@ trained in batches against a published base, re-read after every batch, stopping
    the hour cap (single-thread seconds / workers). At least 4 pairs must fit.
 2. **Looks.** After the first 4 pairs, then after every ``batch`` more: the variant runs of the cells so
    far are trained (a sweep folder that grows by one group per pair, each with the base run's seed; a rerun
-   resumes it and replays the looks), collected, and analysed (``fit.effects.analyse_pairs``) at this
-   look's test size from ``design.sequential`` (α spent by information fraction, so looking after every
+   resumes it and replays the looks), collected, and analysed (``pairs.effects.analyse_pairs``) at this
+   look's test size from ``pairs.sequential`` (α spent by information fraction, so looking after every
    batch does not inflate false attribution).
 3. **Noise.** A pair's iid sd is the base's seed noise (√2·σ_seed, its replicate df); the (r, width) sd is
    learnt from the pairs so far with the base law's own misfit as a prior worth ``prior_df`` clusters
-   (``fit.effects.pooled_cluster_sd``), so a recipe whose pairs agree closely is not priced at the
+   (``pairs.effects.pooled_cluster_sd``), so a recipe whose pairs agree closely is not priced at the
    worst-case noise of the base.
 4. **Stop** when the rule names an effect (decided), when Δφ's half-width reaches ``target`` (precise), or
    at the plan's last look (the hour cap or the cells ran out).
@@ -30,12 +30,12 @@ from pathlib import Path
 import numpy as np
 
 from loopscale.design.paired import PairPlan, plan_pairs, read_base, variant_spec
-from loopscale.design.sequential import look_counts, look_sizes, simulations_for, spent
 from loopscale.errors import UserError
-from loopscale.fit.effect_results import PairedEffects, PricedLook, PricePlan, PriceResult, TestTimeDepth
-from loopscale.fit.effect_rule import TEST_LEVEL
-from loopscale.fit.effects import analyse_pairs, pooled_cluster_sd
-from loopscale.fit.test_time import TEST_TIME_FILE
+from loopscale.pairs.effects import analyse_pairs, pooled_cluster_sd
+from loopscale.pairs.results import PairedEffects, PricedLook, PricePlan, PriceResult, TestTimeDepth
+from loopscale.pairs.rule import TEST_LEVEL
+from loopscale.pairs.sequential import look_counts, look_sizes, simulations_for, spent
+from loopscale.pairs.test_time import TEST_TIME_FILE
 from loopscale.recipes import RECIPES
 
 PRICE_FILE = "price.json"

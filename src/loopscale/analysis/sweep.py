@@ -26,14 +26,14 @@ from loopscale.analysis.machine import machine_use
 from loopscale.config import ModelConfig, from_dict
 from loopscale.errors import UserError
 from loopscale.fit import load_table, run_protocol
-from loopscale.fit.case_study import compare_arms
-from loopscale.fit.case_study_results import CaseStudy, case_study_in
-from loopscale.fit.compare import make_arms
 from loopscale.fit.protocol import read_protocol
 from loopscale.fit.protocol_results import ProtocolResult
 from loopscale.fit.results import RecordError
 from loopscale.fit.table import SkippedRunsWarning
 from loopscale.io import atomic_write_json
+from loopscale.pairs.case_study import compare_arms
+from loopscale.pairs.case_study_results import CaseStudy, case_study_in
+from loopscale.pairs.compare import make_arms
 from loopscale.present.case_study_figures import (
     EffectsDisplay,
     ExcessByWidthDisplay,
@@ -233,7 +233,7 @@ def analyse_sweep(
 
 
 def _case_study(spec, table, sweep_dir: Path, plots_dir: Path, settings: dict):
-    """``fit.case_study.compare_arms`` of this sweep (the variant) against its first ``reuse`` folder and
+    """``pairs.case_study.compare_arms`` of this sweep (the variant) against its first ``reuse`` folder and
     its figures → (compare.json's document, the first-screen figures, the arms' iso-FLOP figure); arms that
     are not comparable (``analysis.comparable``: another vocabulary, template or data) are refused."""
     with warnings.catch_warnings():

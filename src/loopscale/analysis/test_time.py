@@ -4,7 +4,7 @@ For every pair of the arm's last look (price.json), the recipe's run (its own we
 seed-matched run are evaluated on their validation tokens at each count (``eval.test_time``; each run's
 test_time.json keeps its numbers, so a rerun evaluates only what is missing). A published base keeps no
 weights: its runs are evaluated from a retraining of their own config.yaml under ``--weights-from``
-(``--retrain`` trains the missing ones there first). The arm's summary (``fit.effect_results.TestTimeDepth``)
+(``--retrain`` trains the missing ones there first). The arm's summary (``pairs.results.TestTimeDepth``)
 is written to ARM/test_time.json and the arm's report is rendered again with it.
 """
 
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loopscale.errors import UserError
-from loopscale.fit.effect_results import TestTimeDepth, TestTimePair
-from loopscale.fit.test_time import TEST_TIME_FILE, analyse_test_time
+from loopscale.pairs.results import TestTimeDepth, TestTimePair
+from loopscale.pairs.test_time import TEST_TIME_FILE, analyse_test_time
 
 
 @dataclass(frozen=True)

@@ -384,7 +384,7 @@ def run_compare(args: argparse.Namespace) -> int:
 
     folders = (Path(p).resolve().parent for p in (args.base, args.variant))
     notes = check_setups(*folders, base, variant)  # incomparable arms: one line, before any fitting
-    from loopscale.fit.case_study import compare_arms  # SciPy, after the checks
+    from loopscale.pairs.case_study import compare_arms  # SciPy, after the checks
     from loopscale.present.compare_text import format_compare
     from loopscale.progress import progress_bar
 

@@ -14,8 +14,8 @@ from loopscale.design.predict import Z95, Information
 from loopscale.design.prior import Prior
 from loopscale.design.results import PowerDraw, PowerRound, PowerRow, PowerSimulation
 from loopscale.design.search import PathPoint, RunDesign, bracket_search, pareto
-from loopscale.fit.compare import delta_phi_shared, make_arms, power
 from loopscale.fit.law import PARAMS, PHI
+from loopscale.pairs.compare import delta_phi_shared, make_arms, power
 from loopscale.progress import progress_bar
 
 

@@ -1,9 +1,9 @@
 """Which variant runs to train against a published base (``loopscale design --reuse BASE``, the demo).
 
-A recipe's effect is read off seed-matched pairs (``fit.effects``): the variant rerun at a (budget, width, r,
+A recipe's effect is read off seed-matched pairs (pairs.effects): the variant rerun at a (budget, width, r,
 seed) the base already ran. What decides whether the pairs can tell a change of φ from a constant offset is
 the spread of ∂L/∂φ across the chosen cells (a change of φ moves r = 8 more than r = 2; an offset moves both
-alike). The pair errors are those ``fit.effects`` takes as known for a few pairs: an iid sd σ per pair and an
+alike). The pair errors are those pairs.effects takes as known for a few pairs: an iid sd σ per pair and an
 sd τ shared by the pairs of one (r, width) group (a recipe effect that differs between groups), Σ = σ²I +
 τ²ZZᵀ. The least-squares fit of ``offset + delta phi`` on columns X = [1, g] then has
 
@@ -15,7 +15,7 @@ time the one that adds most precision (1/Var of Δφ beyond an offset) per unit 
 measured wall time at that cell, else its FLOPs), until a count or a target precision is reached. σ² =
 2·(the base's seed noise)² (``fit.lawcheck.replicate_noise``; both runs of a pair are noisy); τ = the base
 law's (r, width) misfit sd (REML, in nats), as large as a group-dependent recipe effect was on the published
-hyperconnections arm (0.022 nats). The base law's own uncertainty, which ``fit.effects`` adds to the
+hyperconnections arm (0.022 nats). The base law's own uncertainty, which ``pairs.effects`` adds to the
 analysed interval, is not in this design SE.
 """
 
@@ -34,9 +34,9 @@ from loopscale.config import from_dict
 from loopscale.design.results import PairPick
 from loopscale.errors import UserError
 from loopscale.fit.bootstrap import effect_groups
-from loopscale.fit.effect_rule import TEST_LEVEL, known_covariance, known_sandwich
 from loopscale.fit.results import RunNoise
 from loopscale.fit.table import RunTable
+from loopscale.pairs.rule import TEST_LEVEL, known_covariance, known_sandwich
 from loopscale.recipes import RECIPES
 from loopscale.sweep.spec import SweepSpec
 
@@ -199,9 +199,9 @@ def plan_pairs(
 ) -> PairPlan:  # fmt: skip
     """The base's law (paper form), its seed noise and the pairs ``pick_pairs`` chooses (``PairPlan``)."""
     from loopscale.fit.bootstrap import law_jacobian, variance_components
-    from loopscale.fit.effects import phi_slope_at
     from loopscale.fit.fitter import fit_law
     from loopscale.fit.lawcheck import replicate_noise
+    from loopscale.pairs.effects import phi_slope_at
 
     base = read_base(folder)
     table, cost = base.table, base.cost

@@ -14,9 +14,9 @@ from pathlib import Path
 import torch
 
 from loopscale.errors import UserError
-from loopscale.fit.effect_results import TEST_TIME_SCHEMA, TestTimeRun
-from loopscale.fit.test_time import TEST_TIME_FILE, eval_loop_counts
 from loopscale.io import atomic_write_json
+from loopscale.pairs.results import TEST_TIME_SCHEMA, TestTimeRun
+from loopscale.pairs.test_time import TEST_TIME_FILE, eval_loop_counts
 from loopscale.sweep.rundir import read_json, read_record
 from loopscale.train import checkpoint as ckpt
 

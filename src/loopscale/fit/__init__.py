@@ -15,7 +15,6 @@ _SOURCES = {
     "n_eff": "analyses",
     "parabola_minima": "analyses",
     "bootstrap_fit": "bootstrap",
-    "compare_arms": "case_study",
     "diagnose": "diagnostics",
     "LawFit": "fitter",
     "fit_law": "fitter",

@@ -99,7 +99,7 @@ class Design:
     log_tokens: np.ndarray  # log D
     log_loss: np.ndarray  # log of the final validation loss in nats
     delta: float = HUBER_DELTA  # Huber δ of the objective; inf = least squares
-    # Extra parameters θ[6 + j] (an extension of the law, or a Δφ of ``fit.compare``): covariate rows
+    # Extra parameters θ[6 + j] (an extension of the law, or a Δφ of ``pairs.compare``): covariate rows
     # ext_z[j] (per run) and what each acts on, ext_target[j] ∈ {"phi", "E"}.
     ext_z: np.ndarray | None = None  # [m, n]
     ext_target: tuple[str, ...] = ()
@@ -203,7 +203,7 @@ def objective_and_gradient(
     ``log_loss`` overrides the design's targets with [n] or [K, n] (one simulated table per parameter vector).
     Columns past the sixth are extra parameters acting through ``design.ext_z`` / ``design.ext_target``:
     φ_i = φ + Σ_j θ_j·z_ji over the "phi" rows, E_i = E·2^(Σ_j θ_j·z_ji) over the "E" rows (an extension of
-    the law, ``Extension``, is one such row; ``fit.compare`` adds Δφ rows).
+    the law, ``Extension``, is one such row; ``pairs.compare`` adds Δφ rows).
     The three terms are summed directly rather than with a max-shifted log-sum-exp: inside the box
     E ≥ e⁻³ keeps the sum away from 0, and a, b ≤ 35 keep each term far below overflow.
     Computed by ``fit.kernel.objective_rows`` (compiled); ``tests/fit/test_law.py`` checks it against a

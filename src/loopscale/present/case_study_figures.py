@@ -1,4 +1,4 @@
-"""The case study's figures (a ``fit.case_study.compare_arms`` document, and its arms): the loss change per
+"""The case study's figures (a ``pairs.case_study.compare_arms`` document, and its arms): the loss change per
 r with the effect models' curves, the excess against width, Δφ per budget against the paper's, and the two
 arms' iso-FLOP curves. Each is written as STEM.png and STEM.svg; the PNG's path is returned. The two figures
 of the pairs are Display objects (``EffectsDisplay``, ``ExcessByWidthDisplay``)."""
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from loopscale.fit.case_study_results import CaseStudy
-from loopscale.fit.effect_results import PairedEffects
 from loopscale.fit.labels import flops_label
+from loopscale.pairs.case_study_results import CaseStudy
+from loopscale.pairs.results import PairedEffects
 from loopscale.paper import paper_effect
 from loopscale.present.figures import save_figure
 from loopscale.present.numbers import interval

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from loopscale.fit.case_study_results import (
+from loopscale.fit.law import EXTENSIONS
+from loopscale.fit.priors import NO_LAW_CHECK, fixed_lines
+from loopscale.pairs.case_study_results import (
     CaseStudy,
     LossChange,
     Note,
@@ -15,9 +17,7 @@ from loopscale.fit.case_study_results import (
     TrendDelta,
     deciding_end,
 )
-from loopscale.fit.effect_rule import REFERENCE_EFFECTS
-from loopscale.fit.law import EXTENSIONS
-from loopscale.fit.priors import NO_LAW_CHECK, fixed_lines
+from loopscale.pairs.rule import REFERENCE_EFFECTS
 from loopscale.present.effect_text import delta_phi_story, effect_lines, effect_sentence, p_text
 from loopscale.present.law_check import law_headline
 from loopscale.present.numbers import interval
@@ -84,7 +84,7 @@ def mc_text(d: SharedDelta) -> str:
 
 def case_study_verdict(doc: CaseStudy) -> str:
     """The first line: whether the law holds on the arms, then what the recipe does: the effect model the
-    matched pairs choose (``fit.effects``) with its size, interval and tests, or, without pairs, what Δφ
+    matched pairs choose (``pairs.effects``) with its size, interval and tests, or, without pairs, what Δφ
     is (and which parameters were held: Δφ is conditional on them)."""
     rejected = _rejected_arms(doc)
     fixed = doc.settings.fixed

@@ -1,4 +1,4 @@
-"""The effect models' document in words (``fit.effects.analyse_pairs``; the compare and price verdicts): one
+"""The effect models' document in words (``pairs.effects.analyse_pairs``; the compare and price verdicts): one
 function per sentence, each reading the typed numbers the analysis returned and computing nothing new."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import math
 
 import numpy as np
 
-from loopscale.fit.case_study_results import CaseStudy
-from loopscale.fit.effect_results import ModelFit, PairedEffects
+from loopscale.pairs.case_study_results import CaseStudy
+from loopscale.pairs.results import ModelFit, PairedEffects
 from loopscale.present.numbers import interval
 
 # An excess-beyond-tokens p below this, though above the test's size, is not named and not called absent
@@ -86,7 +86,7 @@ def _every_model_profile(e: PairedEffects, profile: str, tested: str) -> str:
 
 
 def effect_sentence(e: PairedEffects) -> str:
-    """What the pairs say, in words and nats (``fit.effects.analyse_pairs``'s document): the named terms
+    """What the pairs say, in words and nats (``pairs.effects.analyse_pairs``'s document): the named terms
     with their intervals (each excludes 0: the rule names nothing else), the shape along width where one
     constant does not fit, what the design cannot separate, and the tests."""
     models, per_r, terms = e.models, e.per_r, e.chosen_terms
@@ -248,7 +248,7 @@ SHAPE_MEANING = {
 
 
 def shapes_text(e: PairedEffects) -> str:
-    """Which one-parameter shapes the pairs allow (``fit.effect_shapes``), in one line."""
+    """Which one-parameter shapes the pairs allow (``pairs.shapes``), in one line."""
     allowed = [row.shape for row in e.shapes if row.consistent]
     listed = "; ".join(
         f"{row.shape} {row.estimate:+.3f} {interval(row.ci, signed=True)} "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loopscale.fit.effect_results import PairedEffects, PooledClusterSd, PriceResult
+from loopscale.pairs.results import PairedEffects, PooledClusterSd, PriceResult
 from loopscale.present.effect_text import effect_sentence
 
 
@@ -24,7 +24,7 @@ def price_verdict(result: PriceResult) -> str:
 
 def noise_text(e: PairedEffects, pooled: PooledClusterSd) -> str:
     """The pairs' errors as ``price`` took them: the base's seed noise and the (r, width) sd learnt from
-    the pairs with the base law's misfit as a prior (``fit.effects.pooled_cluster_sd``)."""
+    the pairs with the base law's misfit as a prior (``pairs.effects.pooled_cluster_sd``)."""
     err = e.errors
     pair = f"errors: pair sd {err.sd:.4f} nats (the base's seed noise, {err.df} df)"
     cluster = f"an (r, width) sd {pooled.cluster_sd:.4f} nats"

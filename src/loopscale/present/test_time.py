@@ -1,4 +1,4 @@
-"""Loops at test time (``fit.test_time.TestTimeDepth``): the sentence per relation and the figure of the
+"""Loops at test time (``pairs.test_time.TestTimeDepth``): the sentence per relation and the figure of the
 validation loss against test-time loop count, both arms."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from loopscale.fit.effect_results import TestTimeDepth, TestTimeGain
+from loopscale.pairs.results import TestTimeDepth, TestTimeGain
 from loopscale.present.figures import save_figure
 from loopscale.present.numbers import interval, p_value
 

@@ -1,7 +1,7 @@
 """The case-study section of a variant sweep's report: Δφ against the base sweep it reuses (``compare``).
 
 A sweep whose spec ``reuse``s a base sweep's r = 1 runs is a case study (a recipe change measured against
-that base). Its report leads with the verdict of ``fit.case_study.compare_arms``, writes compare.json beside
+that base). Its report leads with the verdict of ``pairs.case_study.compare_arms``, writes compare.json beside
 fit.json, and draws two figures: Δφ per budget with its intervals (the pooled shared estimate as a band, the
 paper's effect as a line), and the iso-FLOP curves of both arms on one axis per budget.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loopscale.fit.case_study_results import CaseStudy, OptimumShift
-from loopscale.fit.effect_results import ModelFit, PairedEffects
 from loopscale.fit.labels import flops_label
+from loopscale.pairs.case_study_results import CaseStudy, OptimumShift
+from loopscale.pairs.results import ModelFit, PairedEffects
 from loopscale.paper import paper_effect
 from loopscale.present.compare_text import (
     case_study_verdict,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loopscale.fit.effect_results import PriceResult, TestTimeDepth
 from loopscale.io import atomic_write_text
+from loopscale.pairs.results import PriceResult, TestTimeDepth
 from loopscale.present.case_study_figures import EffectsDisplay, ExcessByWidthDisplay
 from loopscale.present.price_text import price_verdict
 from loopscale.present.test_time import TestTimeDisplay, depth_lines

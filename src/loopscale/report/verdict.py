@@ -4,10 +4,10 @@ under the key figures (why φ is not identified, the count baselines, the fit qu
 
 from __future__ import annotations
 
-from loopscale.fit.case_study_results import CaseStudy
 from loopscale.fit.labels import flops_label
 from loopscale.fit.protocol_results import ProtocolResult
 from loopscale.fit.results import LawCheck
+from loopscale.pairs.case_study_results import CaseStudy
 from loopscale.present.identification import identification_reasons
 from loopscale.present.law_check import law_headline
 from loopscale.present.numbers import interval
@@ -222,7 +222,7 @@ def headline_table(
 
 def effect_cell(case: CaseStudy) -> str:
     """The case study's effect in one cell: the effect model the matched pairs choose, with its size and
-    interval (``fit.effects``), else the shared-nuisance Δφ."""
+    interval (``pairs.effects``), else the shared-nuisance Δφ."""
 
     def value(estimate: float, ci, unit: str = "") -> str:  # "+0.123 nats [lo, hi]", no interval: nothing
         return f"{estimate:+.3f}{unit}" + ("" if ci is None else " " + interval(ci, signed=True))

@@ -1,6 +1,6 @@
 """``loopscale compare``'s document: Δφ of a recipe change and what else the two arms show.
 
-``compare_arms`` runs the estimates of ``fit.compare`` (shared-nuisance Δφ under the base's selected law
+``compare_arms`` runs the estimates of ``pairs.compare`` (shared-nuisance Δφ under the base's selected law
 form, the paper's separate fits, Δφ per budget, the change of a φ trend) and adds what a reader weighs them
 with: the law check of each arm, the loss change of every looped run at matched (budget, width, r), the
 shift of the iso-FLOP optimum per (budget, r), the loop tax per arm, and the design's power: a
@@ -16,7 +16,11 @@ import numpy as np
 
 from loopscale.errors import UserError
 from loopscale.fit.analyses import cell_gaps, parabola_minima
-from loopscale.fit.case_study_results import (
+from loopscale.fit.fitter import fit_law
+from loopscale.fit.priors import Held, fixed_settings
+from loopscale.fit.protocol_results import CellGap
+from loopscale.fit.table import RunTable
+from loopscale.pairs.case_study_results import (
     ArmsLoopTax,
     CaseRuns,
     CaseStudy,
@@ -27,7 +31,7 @@ from loopscale.fit.case_study_results import (
     PaperFormDelta,
     PaperReference,
 )
-from loopscale.fit.compare import (
+from loopscale.pairs.compare import (
     Arms,
     delta_phi_separate,
     delta_phi_shared,
@@ -36,13 +40,9 @@ from loopscale.fit.compare import (
     shared_model,
     trend_change,
 )
-from loopscale.fit.effect_results import PairedEffects
-from loopscale.fit.effect_rule import REFERENCE_EFFECTS
-from loopscale.fit.effects import analyse_pairs
-from loopscale.fit.fitter import fit_law
-from loopscale.fit.priors import Held, fixed_settings
-from loopscale.fit.protocol_results import CellGap
-from loopscale.fit.table import RunTable
+from loopscale.pairs.effects import analyse_pairs
+from loopscale.pairs.results import PairedEffects
+from loopscale.pairs.rule import REFERENCE_EFFECTS
 from loopscale.paper import PAPER_EFFECTS
 
 TREND_FORMS = ("phi-trend-c", "phi-trend-n")

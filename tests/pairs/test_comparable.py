@@ -1,4 +1,4 @@
-"""``loopscale compare`` refuses arms that are not comparable (``fit.comparable``; issue 36 item 5): each of
+"""``loopscale compare`` refuses arms that are not comparable (``pairs.comparable``; issue 36 item 5): each of
 the five kinds of incomparable pair, built from the published laptop sweeps with one thing changed, ends in
 one line on stderr and exit 2 before any fitting; the published pairs (a recipe change of injection or of
 the BPTT window) pass. Also the not-identified cases: a base at one budget, a fit with nothing free."""
@@ -17,7 +17,7 @@ from loopscale.analysis.comparable import check_setups
 from loopscale.cli import main
 from loopscale.errors import UserError
 from loopscale.fit import load_table
-from loopscale.fit.comparable import check_tables
+from loopscale.pairs.comparable import check_tables
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 BASE = RESULTS / "laptop-factorial"

@@ -14,19 +14,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loopscale.errors import UserError
-from loopscale.fit.compare import make_arms
-from loopscale.fit.effect_results import PairedEffects
-from loopscale.fit.effect_rule import (
+from loopscale.fit.fitter import fit_law
+from loopscale.fit.law import law_loss
+from loopscale.fit.table import RunTable, load_table
+from loopscale.pairs.compare import make_arms
+from loopscale.pairs.effects import analyse_pairs, match_pairs, with_base_fit
+from loopscale.pairs.results import PairedEffects
+from loopscale.pairs.rule import (
     cluster_robust,
     known_covariance,
     least_squares,
     noise_components,
     wild_cluster_p,
 )
-from loopscale.fit.effects import analyse_pairs, match_pairs, with_base_fit
-from loopscale.fit.fitter import fit_law
-from loopscale.fit.law import law_loss
-from loopscale.fit.table import RunTable, load_table
 from loopscale.present.effect_text import effect_sentence
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"

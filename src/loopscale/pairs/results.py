@@ -1,8 +1,8 @@
-"""The effect models' result (``fit.effects.analyse_pairs``) as typed records (issue 42).
+"""The effect models' result (``pairs.effects.analyse_pairs``) as typed records (issue 42).
 
 Each field is the JSON key that compare.json and price.json have held since the effect models landed, so a
 published document reads back with ``PairedEffects.from_dict`` (a field added since has a default). Models
-are named by ``EffectModel``, a closed set (``fit.effect_rule.model_name``); terms by ``Term``; numbers are
+are named by ``EffectModel``, a closed set (``pairs.rule.model_name``); terms by ``Term``; numbers are
 nats (losses and their changes), units of φ (Δφ) or as named. No field holds a sentence:
 ``loopscale.present.effect_text`` writes them.
 """
@@ -166,7 +166,7 @@ class ScopeTrends(Record):
 
 @dataclass(frozen=True)
 class ShapeFit(Record):
-    """One one-parameter shape fitted alone to the excess (``fit.effect_shapes``): estimate, SE, interval,
+    """One one-parameter shape fitted alone to the excess (``pairs.shapes``): estimate, SE, interval,
     the lack of fit's p and whether it describes the pairs; a multiplier's m and interval."""
 
     shape: Shape
@@ -224,7 +224,7 @@ class Calibration(Record):
 
 @dataclass(frozen=True)
 class TruthCalibration(Record):
-    """One row of the calibration table (``fit.effect_rule.calibrate``): the truth's label ("tokens only", a
+    """One row of the calibration table (``pairs.rule.calibrate``): the truth's label ("tokens only", a
     model, "delta phi = +0.19") and the rule on tables simulated under it. ``PairedEffects.calibration``
     keys these rows by label."""
 
@@ -243,7 +243,7 @@ class PredictedShift(Record):
 
 @dataclass(frozen=True)
 class PairedEffects(Record):
-    """What a recipe does, from seed-matched pairs (``fit.effects.analyse_pairs``): the pairs and their
+    """What a recipe does, from seed-matched pairs (``pairs.effects.analyse_pairs``): the pairs and their
     profiles, what the design separates, every model's fit, the rule's tests and choice, the shape left,
     the noise, the calibration. ``calibration`` is keyed by truth ("tokens only", a model, "delta phi =
     +0.19"); ``models`` and predictions by ``EffectModel``."""
@@ -296,7 +296,7 @@ class PairedEffects(Record):
 @dataclass(frozen=True)
 class PooledClusterSd(Record):
     """The pairs' (r, width) sd (nats) learnt from the pairs so far with the base law's misfit as a prior
-    worth ``prior_df`` clusters (``fit.effects.pooled_cluster_sd``); ``estimate``: the pairs' own (None
+    worth ``prior_df`` clusters (``pairs.effects.pooled_cluster_sd``); ``estimate``: the pairs' own (None
     where no cluster holds two pairs)."""
 
     cluster_sd: float
@@ -325,7 +325,7 @@ class PricedLook(Record):
 
 @dataclass(frozen=True)
 class SequentialCalibration(Record):
-    """The stopping rule in the loop on simulated sequences (``design.sequential.sequential_calibration``):
+    """The stopping rule in the loop on simulated sequences (``pairs.sequential.sequential_calibration``):
     the share stopping at each look, naming each model at the stop, naming a term the truth lacks
     (``wrong``), naming a term whose interval holds 0 (``disagreement``), and the true model's intervals
     holding the truth at the stop (``coverage``; None for no effect)."""
@@ -362,7 +362,7 @@ class PriceResult(Record):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Loops at test time (``fit.test_time``, ``loopscale eval-depth``)
+# Loops at test time (``pairs.test_time``, ``loopscale eval-depth``)
 
 TEST_TIME_SCHEMA = 1
 Relation = Literal["1", "r/2", "2r"]

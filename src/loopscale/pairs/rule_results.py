@@ -1,4 +1,4 @@
-"""The effect rule's small results (``fit.effect_rule``), as records: the pairs' noise components and the
+"""The effect rule's small results (``pairs.rule``), as records: the pairs' noise components and the
 truths a calibration table is simulated under. NumPy-free: numbers and codes only (issue 42)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Honest stopping for ``loopscale price``: a look after every batch of pairs, each at its share of α.
 
 ``price`` trains a recipe's seed-matched pairs in batches and re-reads them after each batch, stopping as
-soon as the rule (``fit.effect_rule``) names an effect. Testing at the full size α at every look would
+soon as the rule (``pairs.rule``) names an effect. Testing at the full size α at every look would
 inflate false attribution with the number of looks (optional stopping). So the looks spend α: look k, at
 information fraction t_k = n_k / n_max (pairs analysed over the most the plan may train), tests at
 
@@ -26,8 +26,8 @@ import math
 
 import numpy as np
 
-from loopscale.fit.effect_results import SequentialCalibration
-from loopscale.fit.effect_rule import (
+from loopscale.pairs.results import SequentialCalibration
+from loopscale.pairs.rule import (
     TOKENS_ONLY,
     UNATTRIBUTED,
     Simulator,

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats
 
-from loopscale.fit.effect_results import (
+from loopscale.fit.results import ConfidenceInterval
+from loopscale.pairs.results import (
     TEST_TIME_SCHEMA,
     Relation,
     TestTimeCurve,
@@ -24,7 +25,6 @@ from loopscale.fit.effect_results import (
     TestTimePair,
     TestTimeRun,
 )
-from loopscale.fit.results import ConfidenceInterval
 
 TEST_TIME_FILE = "test_time.json"  # a run's evaluations (TestTimeRun) or an arm's summary (TestTimeDepth)
 RELATIONS: tuple[Relation, ...] = ("1", "r/2", "2r")

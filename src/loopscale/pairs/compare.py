@@ -58,15 +58,6 @@ from loopscale.fit.bootstrap import (
     simulate_tables,
     variance_components,
 )
-from loopscale.fit.case_study_results import (
-    BudgetDelta,
-    FTest,
-    SeparateDelta,
-    SharedDelta,
-    TrendDelta,
-    deciding_end,
-)
-from loopscale.fit.comparable import check_tables
 from loopscale.fit.fitter import Box, LawFit, design_for, fit_law, fit_many, minimise_batch
 from loopscale.fit.law import (
     EXT,
@@ -82,6 +73,15 @@ from loopscale.fit.law import (
 from loopscale.fit.priors import Held
 from loopscale.fit.table import RunTable
 from loopscale.fit.varpro import SEEDS_PER_REFIT
+from loopscale.pairs.case_study_results import (
+    BudgetDelta,
+    FTest,
+    SeparateDelta,
+    SharedDelta,
+    TrendDelta,
+    deciding_end,
+)
+from loopscale.pairs.comparable import check_tables
 
 DELTA_BOUNDS = (-3.0, 3.0)  # the box of Δφ and Δφ₁, as wide as φ's own
 SHAPE_HELD = (2, 3, 4)  # e, alpha, beta: held at the pooled shared fit for Δφ per budget
@@ -124,7 +124,7 @@ def make_arms(base: RunTable, variant: RunTable) -> Arms:
     anchors: they are kept in ``variant_runs`` for the matched pairs, where they measure what the recipe
     does to plain models; the fits keep the base's r = 1 runs as the anchors.
 
-    Refused (one-line UserError): tables ``fit.comparable.check_tables`` finds incomparable (an r = 1 run
+    Refused (one-line UserError): tables ``pairs.comparable.check_tables`` finds incomparable (an r = 1 run
     in both with another loss, r = 1 sizes that differ at one width), and a base with runs at one of the
     variant's budgets only: at one budget tokens are a fixed power of N, so α, β and φ trade off and Δφ is
     not identified (a confident verdict there would rest on the box's edges, not on the runs)."""

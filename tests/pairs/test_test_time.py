@@ -1,4 +1,4 @@
-"""The test-time loop-count analysis (``fit.test_time``): the counts, the relations, and the recipe's effect
+"""The test-time loop-count analysis (``pairs.test_time``): the counts, the relations, and the recipe's effect
 against an independent computation (scipy's one-sample t test over the pairs' differences)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from loopscale.fit.effect_results import TestTimeDepth, TestTimePair, TestTimeRun
-from loopscale.fit.test_time import (
+from loopscale.pairs.results import TestTimeDepth, TestTimePair, TestTimeRun
+from loopscale.pairs.test_time import (
     analyse_test_time,
     eval_loop_counts,
     relation_loops,

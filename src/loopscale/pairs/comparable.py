@@ -13,14 +13,14 @@ these is refused with a one-line ``UserError`` (the CLI exits 2):
 4. the same r = 1 run — one run name at one (budget, width, seed) — in both tables with a different loss
    or token count: the arms' anchors are not the same runs (both tables need ``width`` and ``seed`` columns
    to tell). A variant r = 1 run under another name at a base r = 1 run's (budget, width, seed) is the
-   variant's own plain run: it pairs with the base's (``fit.effects``), it does not clash;
+   variant's own plain run: it pairs with the base's (``pairs.effects``), it does not clash;
 5. r = 1 runs of one width with different sizes N in the two tables: another architecture.
 
 1-3 read each arm's setup from the sweep it came from: the ``sweep.yaml`` next to its table (the groups
 that ran the table's runs: a run's name starts with its group's), else the ``runs/NAME/config.yaml`` (or
 ``run.yaml``) of its runs (``fit.template``'s sources); keys a spec leaves out take the defaults of
 ``ModelConfig`` / ``DataConfig``. Where either arm has neither, 1-3 cannot be checked: a note says so.
-4-5 need the tables only (``check_tables`` here, which ``fit.compare.make_arms`` runs on every pair); 1-3
+4-5 need the tables only (``check_tables`` here, which ``pairs.compare.make_arms`` runs on every pair); 1-3
 read the arms' configs (``analysis.comparable.check_setups``: fit/ reads no run configs).
 
 NumPy only: the CLI runs these checks before SciPy loads and before any fitting.

@@ -1,4 +1,4 @@
-"""The case study's document (``fit.case_study.compare_arms``, written as compare.json) as typed records.
+"""The case study's document (``pairs.case_study.compare_arms``, written as compare.json) as typed records.
 
 Each field is the JSON key compare.json has held, so ``CaseStudy.to_dict()`` is the file and
 ``read_case_study`` reads a published one back; a document written before these records (its verdict, the
@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from loopscale.errors import UserError
-from loopscale.fit.effect_results import PairedEffects
 from loopscale.fit.protocol_results import CellGap
 from loopscale.fit.results import EndRanges, LawCheck, Record, RecordError, read_law_check
+from loopscale.pairs.results import PairedEffects
 
 Pair = tuple[float, float]
-# Why Δφ has no estimate or interval at a budget (``fit.compare.per_budget``): fewer than r = 1, base looped
+# Why Δφ has no estimate or interval at a budget (``pairs.compare.per_budget``): fewer than r = 1, base looped
 # and variant runs; no more runs than free parameters; a bootstrap interval of zero width, or one that
 # excludes its own estimate (resamples on a bound or a flat direction)
 Refusal = Literal["missing_runs", "not_identified", "zero_width", "excludes_estimate"]
@@ -47,7 +47,7 @@ class FTest(Record):
 
 @dataclass(frozen=True)
 class SharedDelta(Record):
-    """The shared-nuisance Δφ (``fit.compare.delta_phi_shared``): one fit of both arms with E, A, α, B, β
+    """The shared-nuisance Δφ (``pairs.compare.delta_phi_shared``): one fit of both arms with E, A, α, B, β
     (and an extended form's parameter) shared and φ_variant = φ + Δφ; SE from a random-effects parametric
     bootstrap per arm, interval estimate ± t(``t_df``)·SE with ``t_df`` the variant's (r, width) groups − 1;
     the F-test of Δφ = 0 beside it. The bootstrap's fields are None without one (``resamples`` 0)."""
@@ -90,7 +90,7 @@ class PaperFormDelta(Record):
 
 @dataclass(frozen=True)
 class SeparateDelta(Record):
-    """The paper's estimate (``fit.compare.delta_phi_separate``): each arm fitted on its own (its looped runs
+    """The paper's estimate (``delta_phi_separate``): each arm fitted on its own (its looped runs
     + the r = 1 anchors); percentile intervals of a paired cell bootstrap (None without one)."""
 
     base_phi: float
@@ -105,7 +105,7 @@ class SeparateDelta(Record):
 
 @dataclass(frozen=True)
 class BudgetDelta(Record):
-    """Δφ at one budget (``fit.compare.per_budget``): E, α, β of the pooled shared fit held, a run-bootstrap
+    """Δφ at one budget (``pairs.compare.per_budget``): E, α, β of the pooled shared fit held, a run-bootstrap
     interval; ``reason`` says why Δφ (or its interval) is missing."""
 
     budget: float
@@ -118,7 +118,7 @@ class BudgetDelta(Record):
 
 @dataclass(frozen=True)
 class TrendDelta(Record):
-    """The variant's change of a φ trend (``fit.compare.trend_change``): Δφ₁ per unit of ``form``'s
+    """The variant's change of a φ trend (``pairs.compare.trend_change``): Δφ₁ per unit of ``form``'s
     covariate from the shared fit with z·covariate added, and its F-test."""
 
     form: str  # "phi-trend-c" or "phi-trend-n"
@@ -143,7 +143,7 @@ class LossCell(Record):
 
 @dataclass(frozen=True)
 class LossChange(Record):
-    """``fit.case_study.loss_changes``: every looped cell both arms ran, how many the variant lowers, the
+    """``pairs.case_study.loss_changes``: every looped cell both arms ran, how many the variant lowers, the
     mean change overall and per r (keys: r as text)."""
 
     rows: tuple[LossCell, ...]
@@ -168,7 +168,7 @@ class OptimumShift(Record):
 
 @dataclass(frozen=True)
 class ArmsLoopTax(Record):
-    """The loop tax of each arm (``fit.case_study.loop_tax``)."""
+    """The loop tax of each arm (``pairs.case_study.loop_tax``)."""
 
     base: tuple[CellGap, ...]
     variant: tuple[CellGap, ...]

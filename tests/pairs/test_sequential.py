@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loopscale.analysis.price import PriceSettings, plan_price, price
-from loopscale.design.sequential import look_counts, look_sizes, simulations_for, spent
-from loopscale.fit.effect_results import PriceResult
 from loopscale.io import claim_folder
+from loopscale.pairs.results import PriceResult
+from loopscale.pairs.sequential import look_counts, look_sizes, simulations_for, spent
 from loopscale.sweep.plan import plan_sweep
 
 BASE = Path(__file__).resolve().parents[2] / "results" / "laptop-factorial"
@@ -40,8 +40,8 @@ def test_the_looks_spend_at_most_alpha_and_each_look_gets_a_positive_share(first
 def test_spending_keeps_false_attribution_down_where_the_full_alpha_at_every_look_does_not():
     """No effect, 16 planned pairs, looks after 4, 6, …, 16: with α spent the rule names an effect in at
     most ~5% of sequences; testing at the full α at every look names one more often (optional stopping)."""
-    from loopscale.design.sequential import sequential_calibration
-    from loopscale.fit.effect_rule import Simulator, known_covariance
+    from loopscale.pairs.rule import Simulator, known_covariance
+    from loopscale.pairs.sequential import sequential_calibration
 
     r = np.tile([2, 4, 8, 2, 8, 4, 8, 2], 2)
     width = np.repeat([32.0, 64.0], 8)

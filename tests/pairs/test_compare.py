@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fit.conftest import simulated_grid
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import least_squares
@@ -16,14 +17,12 @@ from scipy.optimize import least_squares
 from loopscale.cli import main
 from loopscale.errors import UserError
 from loopscale.fit import load_table
-from loopscale.fit.case_study import compare_arms
-from loopscale.fit.case_study_results import case_study_in, read_case_study
-from loopscale.fit.compare import SharedBootstrap, delta_phi_shared, make_arms, per_budget, shared_model
 from loopscale.fit.law import law_loss, objective_and_gradient
+from loopscale.pairs.case_study import compare_arms
+from loopscale.pairs.case_study_results import case_study_in, read_case_study
+from loopscale.pairs.compare import SharedBootstrap, delta_phi_shared, make_arms, per_budget, shared_model
 from loopscale.paper import JOINT_FIT, MAIN_GRID
 from loopscale.present.compare_text import case_study_verdict
-
-from .conftest import simulated_grid
 
 PHI = JOINT_FIT["phi"]
 FOUR = {c: MAIN_GRID[c] for c in sorted(MAIN_GRID)[:4]}

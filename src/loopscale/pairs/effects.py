@@ -11,7 +11,7 @@ plain models alone (the document says so).
 
 For every pair, the loss change (variant − base, nats) is split into the part the **base law** predicts
 from the two runs' own N and D (``token_part``) and the **excess**. The excess is fitted under the models
-built from three terms (``fit.effect_rule.TERMS``):
+built from three terms (``pairs.rule.TERMS``):
 
 - ``every``: a constant on every pair, r = 1 included (only with r = 1 pairs);
 - ``offset``: a constant on the looped pairs (beyond ``every``: the loop-specific constant);
@@ -19,7 +19,7 @@ built from three terms (``fit.effect_rule.TERMS``):
 
 Estimates: Gauss–Newton least squares on the pairs. SE² = a cluster-robust variance over the pairs' (r, width)
 clusters (CR1) + the variance across the base law's random-effects bootstrap draws (the token part and ∂L/∂φ
-rest on the base's fit). Intervals and the rule that names a model: ``fit.effect_rule`` (one calibrated test
+rest on the base's fit). Intervals and the rule that names a model: ``pairs.rule`` (one calibrated test
 per term; the interval is its inversion, so a named term's interval excludes 0).
 
 **What the design can identify** comes first: the offset and Δφ are not separable with one looped r, or where
@@ -41,8 +41,11 @@ import numpy as np
 
 from loopscale.errors import UserError
 from loopscale.fit.bootstrap import random_effects_bootstrap
-from loopscale.fit.effect_results import PairedEffects, PooledClusterSd, Separability
-from loopscale.fit.effect_rule import (
+from loopscale.fit.fitter import LawFit, design_for
+from loopscale.fit.law import PARAMS, PHI, log_prediction
+from loopscale.fit.table import RunTable
+from loopscale.pairs.results import PairedEffects, PooledClusterSd, Separability
+from loopscale.pairs.rule import (
     TERMS,
     TEST_LEVEL,
     UNATTRIBUTED,
@@ -59,17 +62,14 @@ from loopscale.fit.effect_rule import (
     term_p,
     wild_cluster_p,
 )
-from loopscale.fit.effect_shapes import (
+from loopscale.pairs.rule_results import NoiseComponents
+from loopscale.pairs.shapes import (
     also_consistent,
     scope_trends,
     shape_table,
     width_trend,
     with_multipliers,
 )
-from loopscale.fit.fitter import LawFit, design_for
-from loopscale.fit.law import PARAMS, PHI, log_prediction
-from loopscale.fit.rule_results import NoiseComponents
-from loopscale.fit.table import RunTable
 
 STEP = 1e-4  # central-difference step in φ for ∂L/∂φ
 GN_ITER = 12  # Gauss–Newton steps (the Δφ effect is mildly convex in Δφ)
@@ -296,7 +296,7 @@ def analyse_pairs(
     degrees of freedom of sd} (a few pairs, too few clusters for a cluster-robust variance: the demo):
     errors are taken to have that known covariance in the intervals (t on ``df``), the tests and the
     simulations, and the document says so (``errors``). ``size``: each test's size (the intervals are at
-    1 − ``size``): ``TEST_LEVEL``, or a look's share of it in a sequential plan (``design.sequential``)."""
+    1 − ``size``): ``TEST_LEVEL``, or a look's share of it in a sequential plan (``pairs.sequential``)."""
     pairs = match_pairs(base_table, variant_table)
     law = base_law(fit, base_table, pairs, base_resamples, seed)
     change, looped = pairs.change, pairs.looped

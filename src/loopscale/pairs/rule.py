@@ -1,4 +1,4 @@
-"""The rule that names a recipe's effect, and its calibration by simulation (``fit.effects``; issues 36, 43).
+"""The rule that names a recipe's effect, and its calibration by simulation (pairs.effects; issues 36, 43).
 
 **One inference per claim.** Every term of every effect model gets one studentised statistic,
 |t| = |estimate| / SE, with the SE the report prints (cluster-robust CR1 over the pairs' (r, width) clusters,
@@ -40,8 +40,8 @@ import numpy as np
 from scipy.stats import chi2
 from scipy.stats import t as t_dist
 
-from loopscale.fit.effect_results import Calibration, TruthCalibration
-from loopscale.fit.rule_results import NoiseComponents, Truth
+from loopscale.pairs.results import Calibration, TruthCalibration
+from loopscale.pairs.rule_results import NoiseComponents, Truth
 
 TERMS = ("every", "offset", "delta_phi")  # a constant on every pair, a constant on looped pairs, Δφ
 TERM_LABELS = {"every": "every model", "offset": "offset", "delta_phi": "delta phi"}

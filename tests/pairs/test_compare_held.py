@@ -13,11 +13,11 @@ import pytest
 
 from loopscale.cli import main
 from loopscale.fit import load_table
-from loopscale.fit.case_study import compare_arms
-from loopscale.fit.case_study_results import read_case_study
-from loopscale.fit.compare import bootstrap_shared, make_arms, shared_model
 from loopscale.fit.law import PARAMS
 from loopscale.fit.priors import NO_LAW_CHECK, build_held
+from loopscale.pairs.case_study import compare_arms
+from loopscale.pairs.case_study_results import read_case_study
+from loopscale.pairs.compare import bootstrap_shared, make_arms, shared_model
 from loopscale.paper import JOINT_FIT
 from loopscale.present.compare_text import case_study_verdict, format_compare
 

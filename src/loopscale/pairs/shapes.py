@@ -15,7 +15,7 @@ For each: the estimate with its interval (± t(G − 1)'s two-sided 4% quantile 
 law's draws as the effect models' is), and whether the (r, width) cluster means
 of what it leaves are more spread than the pairs' own noise allows (an F test of the between-cluster mean
 square against the within-cluster one): a shape is "consistent" with the pairs where that lack of fit is not
-rejected at 1%. These are descriptions, not the rule's named effects: the rule (``fit.effect_rule``) names
+rejected at 1%. These are descriptions, not the rule's named effects: the rule (``pairs.rule``) names
 offset and Δφ; this table says which law parameter an effect could move, if any.
 """
 
@@ -28,8 +28,8 @@ import numpy as np
 from scipy.stats import f as f_dist
 from scipy.stats import t as t_dist
 
-from loopscale.fit.effect_results import ScopeTrends, ShapeFit, SlopeDifference, WidthTrend
-from loopscale.fit.effect_rule import cluster_robust, least_squares, t_critical
+from loopscale.pairs.results import ScopeTrends, ShapeFit, SlopeDifference, WidthTrend
+from loopscale.pairs.rule import cluster_robust, least_squares, t_critical
 
 SHAPE_LEVEL = 0.01  # lack of fit below this: the shape does not describe the pairs
 
