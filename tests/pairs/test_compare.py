@@ -208,7 +208,7 @@ def test_an_end_within_monte_carlo_error_of_zero_grows_the_bootstrap_and_gives_n
     bootstrap doubles up to the cap and the result is 'not resolved, on the edge', not a coin flip."""
     from scipy.stats import t as t_dist
 
-    from loopscale.fit import compare
+    from loopscale.pairs import compare
 
     arms = make_arms(*(load_table(rows) for rows in _arms_rows(0.193, 0.003, seed=11)))
     df = compare.variant_groups(arms) - 1
@@ -230,7 +230,7 @@ def test_an_end_within_monte_carlo_error_of_zero_grows_the_bootstrap_and_gives_n
 
 
 def test_a_clear_interval_settles_at_the_requested_count(monkeypatch):
-    from loopscale.fit import compare
+    from loopscale.pairs import compare
 
     arms = make_arms(*(load_table(rows) for rows in _arms_rows(0.193, 0.003, seed=11)))
     calls: list = []
