@@ -72,6 +72,25 @@ def test_the_published_nulls_are_what_they_rule_out():
     assert "with 80% power this design names delta phi alone of neither -0.08 (power 0.32) nor +0.19" in said
 
 
+def test_with_plain_pairs_a_null_rules_out_a_change_of_every_model_too():
+    """A design with r = 1 pairs tests a change of every model: its own model's interval is stated, and one
+    that excludes 0 while the rule keeps no term is said to (the record's numbers, set by hand)."""
+    e = read_price(RESULTS / "laptop-sampled-depth" / "price.json").effects
+    every = dataclasses.replace(
+        e.models["offset"], terms=("every",), estimate={"every": 0.01}, ci={"every": (0.002, 0.02)}
+    )
+    e = dataclasses.replace(
+        e,
+        chosen="excess not attributed",
+        available=("every", "offset", "delta_phi"),
+        models={**e.models, "every model": every},
+        tests={**e.tests, "every": e.tests["offset"]},
+    )
+    said = effect_sentence(e)
+    assert "and a change of every model below +0.002 or above +0.020 nats (estimate +0.010)" in said
+    assert "the interval of an every-model change excludes 0, yet no term is named" in said
+
+
 def test_a_named_term_gets_no_null_sentence():
     """Hyperconnections names an offset: no "rule out" clause and no power sentence in its verdict."""
     said = case_study_verdict(_compared("laptop-hyperconnections"))

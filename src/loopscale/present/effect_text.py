@@ -97,7 +97,11 @@ def ruled_out_text(e: PairedEffects) -> str:
     text = f"at the level of its tests ({100 * e.ci_level:.3g}%) the pairs rule out " + (
         f"{', '.join(parts[:-1])}, and {parts[-1]}" if len(parts) > 1 else parts[0]
     )
-    names = {"delta_phi": "delta phi beyond an offset", "offset": "the offset", "every": "every model's"}
+    names = {
+        "delta_phi": "delta phi beyond an offset",
+        "offset": "the offset",
+        "every": "an every-model change",
+    }
     stated = [(names[t], ci(t)) for t in e.available] + (
         [("delta phi alone", ci("delta_phi", ALONE))] if "delta_phi" in e.available else []
     )
