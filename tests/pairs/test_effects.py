@@ -348,7 +348,7 @@ def test_a_tokens_only_verdict_claims_no_more_than_its_test():
     said = effect_sentence(sampled)
     assert sampled.chosen == "tokens only" and 0.0012 < sampled.tests["any"].p < 0.05
     assert "not named at this test's size 0.0012 (p = 0.015), nor ruled out" in said
-    assert "is what the base law predicts" not in said and said.startswith("no effect named beyond")
+    assert "is what the base law predicts" not in said and said.startswith("nothing named beyond")
     truncated = PairedEffects.from_dict(
         json.loads((RESULTS / "laptop-truncated-bptt" / "compare.json").read_text())["effects"]
     )

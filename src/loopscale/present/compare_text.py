@@ -18,7 +18,13 @@ from loopscale.pairs.case_study_results import (
     deciding_end,
 )
 from loopscale.pairs.rule import REFERENCE_EFFECTS
-from loopscale.present.effect_text import delta_phi_story, effect_lines, effect_sentence, p_text
+from loopscale.present.effect_text import (
+    delta_phi_story,
+    detectable_text,
+    effect_lines,
+    effect_sentence,
+    p_text,
+)
 from loopscale.present.law_check import law_headline
 from loopscale.present.numbers import interval
 
@@ -91,7 +97,10 @@ def case_study_verdict(doc: CaseStudy) -> str:
     given = f" (given {', '.join(fixed)} held fixed, not fitted)" if fixed else ""
     if doc.effects is not None:
         lead = f"the law check rejects one constant phi on the {rejected}; " if rejected else ""
-        return lead + f"{doc.name}: " + effect_sentence(doc.effects) + given
+        power = [("delta_phi_alone", float(size), p) for size, p in doc.power.items()]
+        detectable = "" if doc.effects.chosen_terms else detectable_text(power, "this design")
+        said = effect_sentence(doc.effects) + (f"; {detectable}" if detectable else "")
+        return f"{lead}{doc.name}: {said}{given}"
     lead = (
         f"the law check rejects one constant phi on the {rejected}, so delta phi compares averages over "
         "budgets, not measurements: "

@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from loopscale.pairs.case_study_results import CaseStudy
-from loopscale.pairs.results import ModelFit, PairedEffects
+from loopscale.pairs.results import ModelFit, Pair, PairedEffects
 from loopscale.present.numbers import interval
 
 # An excess-beyond-tokens p below this, though above the test's size, is not named and not called absent
@@ -56,6 +56,105 @@ def _not_separable(e: PairedEffects) -> str:
         f"an offset and a change of phi are not separable on this design ({why}): `loopscale design --reuse` "
         "picks runs at other loop counts that would separate them"
     )
+
+
+# Where each term's ruled-out range comes from when no term is named: the model that prices that shape as the
+# plan's power table does. An offset or an every-model change: its model alone (the range a constant may
+# have were it all the recipe does). Δφ: the offset + Δφ model, Δφ beyond whatever offset the pairs allow
+# (the claim that holds whatever looped models' constant does); beside it the Δφ-only model's narrower range,
+# were a change of φ all the recipe does. Every range is estimate ± c·SE, c the critical value of the test
+# of that term in that model: the values the test rejects at its size, so "ruled out" at 1 − size.
+RULED_OUT_FROM = {"delta_phi": "offset + delta phi", "offset": "offset", "every": "every model"}
+ALONE = {"delta_phi": "delta phi"}  # the narrower range beside Δφ's
+
+
+def _outside(m: ModelFit, term: str, unit: str = "") -> str:
+    """'below -0.053 or above +0.128 (estimate +0.037)': the values a term's interval in ``m`` excludes."""
+    lo, hi = m.ci[term]
+    return f"below {lo:+.3f} or above {hi:+.3f}{unit} (estimate {m.estimate[term]:+.3f})"
+
+
+def ruled_out_text(e: PairedEffects) -> str:
+    """What the pairs rule out where the rule names no term, at the level of its tests: for each available
+    term, the values outside its interval in the model ``RULED_OUT_FROM`` names ('at the level of its tests
+    (99.9%) the pairs rule out delta phi below -0.169 or above +0.259 (estimate +0.045) beyond an offset
+    and below -0.053 or above +0.128 (estimate +0.037) were it the only change, and an offset on looped
+    models below -0.025 or above +0.012 nats (estimate -0.007)'); where such an interval excludes 0 though
+    nothing is named, says so and why. Reads the intervals ``analyse_pairs`` recorded; computes none."""
+
+    def ci(term: str, model: dict = RULED_OUT_FROM) -> Pair:
+        return e.models[model[term]].ci[term]
+
+    def said(term: str) -> str:
+        beyond = _outside(e.models[RULED_OUT_FROM[term]], term, "" if term == "delta_phi" else " nats")
+        if term == "delta_phi":
+            alone = _outside(e.models[ALONE[term]], term)
+            return f"delta phi {beyond} beyond an offset and {alone} were it the only change"
+        scope = "an offset on looped models" if term == "offset" else "a change of every model"
+        return f"{scope} {beyond}"
+
+    parts = [said(t) for t in ("delta_phi", "offset", "every") if t in e.available]
+    text = f"at the level of its tests ({100 * e.ci_level:.3g}%) the pairs rule out " + (
+        f"{', '.join(parts[:-1])}, and {parts[-1]}" if len(parts) > 1 else parts[0]
+    )
+    names = {
+        "delta_phi": "delta phi beyond an offset",
+        "offset": "the offset",
+        "every": "an every-model change",
+    }
+    stated = [(names[t], ci(t)) for t in e.available] + (
+        [("delta phi alone", ci("delta_phi", ALONE))] if "delta_phi" in e.available else []
+    )
+    apart = [name for name, (lo, hi) in stated if lo > 0 or hi < 0]
+    if not apart:
+        return text
+    why = (
+        "the rule names a term only once the excess beyond tokens is named"
+        if e.chosen == "tokens only"
+        else "the rule's steps keep no term"
+    )
+    return f"{text}; the interval of {' and of '.join(apart)} excludes 0, yet no term is named: {why}"
+
+
+#: The shapes a plan's power table may price, in the words a null uses for them.
+POWER_SHAPES = {
+    "delta_phi": "delta phi beyond an offset",
+    "delta_phi_alone": "delta phi alone",
+    "offset": "an offset",
+    "every": "an every-model change",
+}
+TARGET_POWER = 0.8
+
+
+def detectable_text(rows, who: str = "the plan", target: float = TARGET_POWER) -> str:
+    """The smallest effect of each shape that ``who`` names with ``target`` power: ``rows`` are (shape, a
+    key of ``POWER_SHAPES``; effect, in nats or units of φ; power) at the sizes the power table tried. Per
+    shape and sign, the smallest size whose power reaches ``target``, else the largest tried with its power
+    ('with 80% power the plan names delta phi beyond an offset of neither -0.15 (power 0.17) nor +0.15
+    (power 0.22), and an offset of -0.06 or +0.06'); '' without rows."""
+    by_shape: dict[str, dict[bool, list[tuple[float, float]]]] = {}
+    for shape, effect, power in rows:
+        by_shape.setdefault(shape, {}).setdefault(effect > 0, []).append((float(effect), float(power)))
+    said = []
+    for shape in (s for s in POWER_SHAPES if s in by_shape):
+        reached, short = [], []
+        for _, tried in sorted(by_shape[shape].items()):
+            tried.sort(key=lambda row: abs(row[0]))
+            hit = next((x for x, power in tried if power >= target), None)
+            if hit is None:
+                short.append(f"{tried[-1][0]:+.2f} (power {tried[-1][1]:.2f})")
+            else:
+                reached.append(f"{hit:+.2f}")
+        label = POWER_SHAPES[shape]
+        if not short:
+            said.append(f"{label} of {' or '.join(reached)}")
+        elif not reached:
+            neither = f"of neither {' nor '.join(short)}" if len(short) > 1 else f"not of {short[0]}"
+            said.append(f"{label} {neither}")
+        else:
+            said.append(f"{label} of {' or '.join(reached)}, not of {' or '.join(short)}")
+    listed = f"{', '.join(said[:-1])}, and {said[-1]}" if len(said) > 1 else "".join(said)
+    return f"with {100 * target:.0f}% power {who} names {listed}" if said else ""
 
 
 def _every_model_profile(e: PairedEffects, profile: str, tested: str) -> str:
@@ -115,15 +214,12 @@ def effect_sentence(e: PairedEffects) -> str:
         ratio = float(np.mean([v.token_ratio for v in per_r.values()]))
         predicted = " / ".join(f"{v.token_part:+.3f}" for v in per_r.values())
         what = (
-            f"a token gain, not a change of phi: at the same FLOPs it trains on {ratio:.2f}x the tokens, "
-            "and the "
+            f"a token gain: at the same FLOPs it trains on {ratio:.2f}x the tokens, and the "
             if abs(ratio - 1) > 0.05
-            else "no effect named beyond what N and D predict: the "
-            if e.tests["any"].p < SUGGESTIVE
-            else "no effect beyond what N and D predict: the "
+            else "nothing named beyond what N and D predict: the "
         )
         left = f"; but the excess left is {shape}" if varies else ""
-        tail = f"; delta phi {dphi}" if separable else f"; {_not_separable(e)}"
+        tail = "" if separable else f"; {_not_separable(e)}"
         any_p, size = e.tests["any"].p, 1 - e.ci_level
         if any_p < SUGGESTIVE:  # not named at this size, but no claim that the law accounts for all of it
             said = (
@@ -132,7 +228,7 @@ def effect_sentence(e: PairedEffects) -> str:
             )
         else:
             said = f"{what}{profile} is what the base law predicts from its N and D ({predicted})"
-        return f"{said}{left} {tested}{tail}{anchors}"
+        return f"{said}{left}; {ruled_out_text(e)} {tested}{tail}{anchors}"
     if e.chosen == "excess not attributed":
         looped_mean = _term(models["offset"], "offset", " nats")
         if e.cancelling:
@@ -145,7 +241,7 @@ def effect_sentence(e: PairedEffects) -> str:
             why = "no term of it is named on this design"
         return (
             f"an excess of {looped_mean} beyond tokens on looped models ({profile}) that is not attributed: "
-            f"{why} {tested}{anchors}"
+            f"{why}; {ruled_out_text(e)} {tested}{anchors}"
         )
     parts = []
     if "every" in terms:
