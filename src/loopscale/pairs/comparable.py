@@ -73,7 +73,9 @@ def check_tables(base: RunTable, variant: RunTable) -> None:
         if all(math.isfinite(k) for k in key[:2]):
             runs.setdefault(key, i)
     for i in v1:
-        j = runs.get((float(variant.budget[i]), float(variant.width[i]), _seed(variant, i), str(variant.run[i])))
+        j = runs.get(
+            (float(variant.budget[i]), float(variant.width[i]), _seed(variant, i), str(variant.run[i]))
+        )
         if j is None:  # not the base's run: the variant's own plain run (a pair) or unmatched
             continue
         differ = [
