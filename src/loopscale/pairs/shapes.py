@@ -16,10 +16,11 @@ law's draws as the effect models' is), and a lack-of-fit test of the shape beyon
 heterogeneity (``lack_of_fit``): a shape is "consistent" with the pairs where it is not rejected at 1%.
 The rule models the spread of the (r, width) cluster means beyond iid noise as a random effect; a test that
 reads any cluster pattern as lack of fit (an F of the shape's between-cluster mean square against the
-within-cluster one, before issue 49) rejects every shape wherever that heterogeneity exists (28 of 30
-shape tests at 1% on arms with no effect at all). So the alternative is structured: the shape against the
-span of every shape of the table (the law's directions, and a constant on every model where there are
-r = 1 pairs), both fitted to the cluster means, whose own spread around that span is the denominator.
+within-cluster one, before issue 49) rejects true shapes wherever that heterogeneity exists (87% of them at
+1% on arms with no effect and an (r, width) sd of 0.015; docs/fitting.md). So the alternative is
+structured: the shape against the span of every shape of the table (the law's directions, and a constant on
+every model where there are r = 1 pairs), both fitted to the cluster means, whose own spread around that
+span is the denominator.
 These are descriptions, not the rule's named effects: the rule (``pairs.rule``) names offset and Δφ; this
 table says which law parameter an effect could move, if any.
 """
