@@ -27,6 +27,7 @@ import numpy as np
 
 from loopscale import design as d
 from loopscale.io import atomic_write_json
+from loopscale.present.design_text import problem_text
 from loopscale.sweep import preset
 
 
@@ -64,7 +65,7 @@ def designs(fractions: list[float]) -> list[dict]:
                 "fraction": design.flops(cands) / total,
                 "runs": int(len(design.idx) * design.replicates),
                 "predicted": info.ci_widths(weights),
-                "constraint_problems": problems,
+                "constraint_problems": [problem_text(p) for p in problems],
                 "all_widths": all_widths,
             }
         )

@@ -9,6 +9,7 @@ re-trained under another name, with a known effect added to the base run's own l
 - ``delta phi ±0.15``: L̂(φ ± 0.15) − L̂(φ) under the base's e-per-r fit at the run;
 - ``every model``: +0.03 nats on every run, r = 1 included (the variant re-trains the r = 1 runs too);
 - ``D multiplier 1.5``: L̂(1.5·D) − L̂(D) (a data multiplier: shrinks with D);
+- ``N multiplier 1.5``: L̂(1.5·N_eff) − L̂(N_eff) (a parameter or compute multiplier: shrinks with N);
 - ``width slope``: −0.06 nats − 0.14 per decade of width (hyperconnections' shape).
 
 Each arm goes through ``pairs.effects.analyse_pairs`` exactly as ``loopscale compare`` runs it. Printed per
@@ -40,7 +41,13 @@ from loopscale.pairs.effects import BaseLaw, analyse_pairs, with_base_fit
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Each effect's shape as a verdict names it: a term of the rule, or a multiplier named beside a constant
-TRUE_SHAPES = {"offset": "offset", "delta_phi": "delta_phi", "every": "every", "d_multiplier": "D multiplier"}
+TRUE_SHAPES = {
+    "offset": "offset",
+    "delta_phi": "delta_phi",
+    "every": "every",
+    "d_multiplier": "D multiplier",
+    "n_multiplier": "N multiplier",
+}
 EFFECTS = {
     "none": {},
     "offset": {"offset": -0.06},
@@ -48,6 +55,7 @@ EFFECTS = {
     "delta phi -0.15": {"delta_phi": -0.15},
     "every model": {"every": 0.03},
     "D multiplier 1.5": {"d_multiplier": 1.5},
+    "N multiplier 1.5": {"n_multiplier": 1.5},
     "width slope": {"offset": -0.06, "width_slope": -0.14},
 }
 
@@ -66,16 +74,24 @@ def variant_arm(base: RunTable, fit, effect: dict, iid: float, group: float, see
     law = BaseLaw(fit.theta, fit.theta[None], design, design, fit.law_form)
     if "delta_phi" in effect:
         loss += law.phi_effect(fit.theta, effect["delta_phi"])[0]
-    if "d_multiplier" in effect:
-        more = dataclasses.replace(design, log_tokens=design.log_tokens + np.log(effect["d_multiplier"]))
-        loss += (
-            np.exp(log_prediction(fit.theta[None], more))[0]
-            - np.exp(log_prediction(fit.theta[None], design))[0]
-        )
+    for key in ("d_multiplier", "n_multiplier"):
+        if key in effect:
+            loss += multiplied(fit, design, key, effect[key])
     if "width_slope" in effect:
         centred = np.log10(runs.width) - np.log10(runs.width[runs.r > 1]).mean()
         loss += effect["width_slope"] * centred * (runs.r > 1)
     return dataclasses.replace(runs, run=np.array([f"v-{r}" for r in runs.run]), loss=loss)
+
+
+def multiplied(fit, design, key: str, m: float) -> np.ndarray:
+    """L̂ at D → m·D (``key`` "d_multiplier") or N_eff → m·N_eff ("n_multiplier") minus L̂, per run (nats)."""
+    more = (
+        dataclasses.replace(design, log_tokens=design.log_tokens + np.log(m))
+        if key == "d_multiplier"
+        else dataclasses.replace(design, n_once=design.n_once * m, n_rec=design.n_rec * m)
+    )
+    predict = lambda d: np.exp(log_prediction(fit.theta[None], d))[0]  # noqa: E731
+    return predict(more) - predict(design)
 
 
 def main() -> None:

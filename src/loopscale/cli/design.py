@@ -274,8 +274,9 @@ def run_design(args: argparse.Namespace) -> int:
 
         open_sweep(args.from_dir)
     from loopscale.cli.sweep import wall_estimate
-    from loopscale.design import DesignSettings, WallModel, format_design, make_design
+    from loopscale.design import DesignSettings, WallModel, make_design
     from loopscale.io import atomic_write_json, atomic_write_text
+    from loopscale.present.design_text import format_design
 
     settings = DesignSettings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(DesignSettings)})
     _check(args, settings)

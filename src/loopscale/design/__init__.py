@@ -10,7 +10,7 @@ the least compute, before running them. A pipeline step of its own, between the 
 - ``simulation``: validating designs by simulate-and-refit (``fit_law`` + ``bootstrap_fit``), and the search
   for the cheapest design that realises a target in simulation;
 - ``delta_phi``: the power to detect a Δφ between a variant and its base, predicted and simulated;
-- ``document``: the emitted sweep spec and the design document's rows and text;
+- ``document``: the emitted sweep spec and the design document's rows (``present.design_text`` words it);
 - ``pipeline``: the whole step as one call (``make_design``).
 - ``results``: what the step returns, as records (``DesignDocument``, ``PowerRow``, ``PairPick``, …) whose
   ``to_dict`` is the design document's JSON.
@@ -34,7 +34,7 @@ from loopscale.design.delta_phi import (
     simulate_power,
     simulate_power_in_loop,
 )
-from loopscale.design.document import design_groups, design_spec, extension_spec, format_design
+from loopscale.design.document import design_groups, design_spec, extension_spec
 from loopscale.design.pipeline import DesignSettings, PartialSweep, WallModel, make_design
 from loopscale.design.predict import Information, huber_moments, log_loss_jacobian
 from loopscale.design.prior import Prior, load_prior, prior_from_table
@@ -75,7 +75,6 @@ __all__ = [
     "design_groups",
     "design_spec",
     "extension_spec",
-    "format_design",
     "greedy_path",
     "huber_moments",
     "load_prior",

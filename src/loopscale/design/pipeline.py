@@ -185,8 +185,9 @@ def make_design(
     partial: PartialSweep | None = None,
     wall: WallModel | None = None,
 ) -> DesignDocument:
-    """The design document of ``loopscale design`` (``format_design`` prints it; ``doc.spec`` is the
-    emitted sweep spec as YAML). Each simulated design shows a progress bar of its fits."""
+    """The design document of ``loopscale design`` (``present.design_text.format_design`` prints it;
+    ``doc.spec`` is the emitted sweep spec as YAML). Each simulated design shows a progress bar of its
+    fits."""
     settings.validate()
     if partial is None:
         prior = load_prior(settings.prior, settings.sigma, seed=settings.seed)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from loopscale.fit.protocol_results import MinimumMiss
 from loopscale.fit.results import Record
 
 
@@ -200,6 +201,36 @@ class CandidateSpace(Record):
     beta_held: bool
 
 
+# Which constraint a design breaks (``search.check_design``; ``present.design_text`` words it)
+ConstraintCode = Literal["end_budget_missing", "budget_gap", "budget_lacks_r", "thin_cell", "not_bracketed"]
+
+
+@dataclass(frozen=True)
+class ConstraintProblem(Record):
+    """One constraint a design breaks, as a code and its numbers (budgets in training FLOPs):
+
+    - ``end_budget_missing``: ``budget``, an end of the candidates' range, holds no run;
+    - ``budget_gap``: neighbouring included budgets ``budget`` < ``budget_hi`` are more than ``limit`` (the
+      maximum budget ratio) apart;
+    - ``budget_lacks_r``: ``budget`` holds no run at the loop counts ``lacking``;
+    - ``thin_cell``: cell (``budget``, ``r``) has ``widths`` widths, fewer than ``limit``;
+    - ``not_bracketed``: cell (``budget``, ``r``)'s predicted iso-FLOP minimum is not bracketed, for
+      ``reason``."""
+
+    code: ConstraintCode
+    budget: float
+    budget_hi: float | None = None
+    limit: float | None = None
+    r: int | None = None
+    widths: int | None = None
+    lacking: tuple[int, ...] = ()
+    reason: MinimumMiss | None = None
+
+
+# A problem of a design document written before issue 49 is its sentence, kept as it was written
+Problem = ConstraintProblem | str
+
+
 @dataclass(frozen=True)
 class DesignConstraints(Record):
     """The constraints every design keeps (``search.Constraints``) and those the chosen design breaks."""
@@ -207,7 +238,7 @@ class DesignConstraints(Record):
     min_widths: int
     per_budget: str
     max_budget_ratio: float | None
-    problems: tuple[str, ...]
+    problems: tuple[Problem, ...]
 
 
 @dataclass(frozen=True)
@@ -222,7 +253,8 @@ class DesignTarget(Record):
 
 @dataclass(frozen=True)
 class DesignDocument(Record):
-    """The design document of ``loopscale design`` (``make_design``; ``format_design`` prints it, ``spec``
+    """The design document of ``loopscale design`` (``make_design``; ``present.design_text.format_design``
+    prints it, ``spec``
     is the emitted sweep spec as YAML)."""
 
     prior: dict[str, Any]  # Prior.to_dict(): the coefficients, sigma (nats) and source
@@ -230,7 +262,7 @@ class DesignDocument(Record):
     reference: str
     candidate_space: CandidateSpace
     constraints: DesignConstraints
-    reference_constraint_problems: tuple[str, ...]
+    reference_constraint_problems: tuple[Problem, ...]
     target: DesignTarget
     cost: str  # "flops" or "wall"
     wall_source: str | None

@@ -17,9 +17,9 @@ import numpy as np
 
 from loopscale.design.candidates import Candidates
 from loopscale.design.predict import Information
+from loopscale.design.results import ConstraintProblem
 from loopscale.errors import UserError
 from loopscale.fit.analyses import parabola_minima
-from loopscale.present.fit_text import minimum_miss_text
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ def _bracketing_windows(cands: Candidates, info: Information, min_widths: int = 
 
 def check_design(
     cands: Candidates, info: Information, design: RunDesign, constraints: Constraints
-) -> list[str]:
+) -> list[ConstraintProblem]:
     """Which constraints ``design`` breaks (empty: none): unbracketed or thin cells, missing end budgets or
     r values. Fixed runs of a partial sweep count as part of the design."""
     problems = []
@@ -118,26 +118,31 @@ def check_design(
     rs = sorted(set(cands.r.tolist()))
     for end in (budgets[0], budgets[-1]):
         if not chosen[cands.budget == end].any():
-            problems.append(f"budget {end:.3g} (an end of the range) is not included")
+            problems.append(ConstraintProblem("end_budget_missing", float(end)))
     for lo, hi in constraints.gaps(sorted(set(cands.budget[chosen].tolist()))):
         problems.append(
-            f"budgets {lo:.3g} and {hi:.3g} are {hi / lo:.2f}x apart > {constraints.max_budget_ratio:g}x"
+            ConstraintProblem(
+                "budget_gap", float(lo), budget_hi=float(hi), limit=constraints.max_budget_ratio
+            )
         )
     for b in sorted(set(cands.budget[chosen].tolist())):
         have = sorted(set(cands.r[chosen & (cands.budget == b)].tolist()))
         need = constraints.required_rs(rs)
         lacking = sorted(set(need) - set(have))
         if lacking:
-            problems.append(f"budget {b:.3g} lacks r = {lacking}")
+            problems.append(
+                ConstraintProblem("budget_lacks_r", float(b), lacking=tuple(int(r) for r in lacking))
+            )
     for b, r in sorted({(float(b), int(r)) for b, r in zip(cands.budget[chosen], cands.r[chosen])}):
         idx = np.flatnonzero(chosen & (cands.budget == b) & (cands.r == r))
         if len(idx) < constraints.min_widths:
-            problems.append(f"cell ({b:.3g}, r={r}) has {len(idx)} width(s) < {constraints.min_widths}")
+            problems.append(
+                ConstraintProblem("thin_cell", b, r=r, widths=len(idx), limit=float(constraints.min_widths))
+            )
             continue
         (row,) = parabola_minima(cands.table(idx, info.loss[idx]))
         if not row.bracketed:
-            why = minimum_miss_text(row.reason)
-            problems.append(f"cell ({b:.3g}, r={r}) does not bracket its predicted minimum: {why}")
+            problems.append(ConstraintProblem("not_bracketed", b, r=r, reason=row.reason))
     return problems
 
 

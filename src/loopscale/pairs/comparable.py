@@ -11,8 +11,9 @@ these is refused with a one-line ``UserError`` (the CLI exits 2):
    come from another architecture;
 3. the training data or the validation tokens differ (``train.data.path``, ``data.val_tokens``);
 4. the same r = 1 run — one run name at one (budget, width, seed) — in both tables with a different loss
-   or token count: the arms' anchors are not the same runs (both tables need ``width`` and ``seed`` columns
-   to tell). A variant r = 1 run under another name at a base r = 1 run's (budget, width, seed) is the
+   or token count: the arms' anchors are not the same runs (the tables need a ``width`` column to tell; a
+   table without a ``seed`` column holds one seed, as ``pairs.effects.match_pairs`` pairs it). A variant
+   r = 1 run under another name at a base r = 1 run's (budget, width, seed) is the
    variant's own plain run: it pairs with the base's (``pairs.effects``), it does not clash;
 5. r = 1 runs of one width with different sizes N in the two tables: another architecture.
 
@@ -40,6 +41,15 @@ def _r1_rows(t: RunTable) -> np.ndarray:
     return np.flatnonzero(t.r == 1)
 
 
+def _seed(t: RunTable, i: int) -> float:
+    """Run ``i``'s seed; −1 (one seed, as ``pairs.effects.match_pairs`` reads it) where the table has none."""
+    return -1.0 if math.isnan(t.seed[i]) else float(t.seed[i])
+
+
+def _seed_text(t: RunTable, i: int) -> str:
+    return "no seed column" if math.isnan(t.seed[i]) else f"seed {t.seed[i]:.0f}"
+
+
 def check_tables(base: RunTable, variant: RunTable) -> None:
     """Refuse what the two tables alone show incomparable (checks 4-5 of the module docstring)."""
     b1, v1 = _r1_rows(base), _r1_rows(variant)
@@ -57,14 +67,16 @@ def check_tables(base: RunTable, variant: RunTable) -> None:
                 f"N = {n_base:,.0f}, variant {variant.run[i]} N = {variant.n[i]:,.0f}: another architecture, "
                 "not a recipe change; compare arms built on one template"
             )
-    runs: dict[tuple[float, float, float], int] = {}
+    runs: dict[tuple[float, float, float, str], int] = {}
     for i in b1:
-        key = (float(base.budget[i]), float(base.width[i]), float(base.seed[i]))
-        if all(math.isfinite(k) for k in key):
+        key = (float(base.budget[i]), float(base.width[i]), _seed(base, i), str(base.run[i]))
+        if all(math.isfinite(k) for k in key[:2]):
             runs.setdefault(key, i)
     for i in v1:
-        j = runs.get((float(variant.budget[i]), float(variant.width[i]), float(variant.seed[i])))
-        if j is None or str(variant.run[i]) != str(base.run[j]):  # the variant's own plain run: a pair
+        j = runs.get(
+            (float(variant.budget[i]), float(variant.width[i]), _seed(variant, i), str(variant.run[i]))
+        )
+        if j is None:  # not the base's run: the variant's own plain run (a pair) or unmatched
             continue
         differ = [
             f"{name} {v:{fmt}} vs {b:{fmt}}"
@@ -77,6 +89,6 @@ def check_tables(base: RunTable, variant: RunTable) -> None:
         if differ:
             raise UserError(
                 f"the variant's r = 1 run {variant.run[i]} (C = {variant.budget[i]:.3g}, d = "
-                f"{variant.width[i]:.0f}, seed {variant.seed[i]:.0f}) clashes with the base's {base.run[j]}: "
+                f"{variant.width[i]:.0f}, {_seed_text(variant, i)}) clashes with the base's {base.run[j]}: "
                 f"{', '.join(differ)}: the arms' r = 1 anchors must be the same runs; drop or rerun it"
             )
