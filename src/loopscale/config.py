@@ -203,6 +203,7 @@ class ModelConfig:
     softcap: float = 15.0
     norm_eps: float = 1e-6
     rope_theta: float = 10000.0
+    loop_hook: str | None = None  # module:attr of a plugin's hook on each loop's input (loopscale.plugins)
 
     def validate(self) -> None:
         if self.width <= 0 or self.head_dim <= 0:
@@ -233,6 +234,11 @@ class ModelConfig:
             if layout.injection == "hyperconnect" and self.bptt_k != layout.r:
                 raise UserError("model: truncated BPTT is not supported with hyperconnections (as in the "
                                 "paper)")
+        if self.loop_hook is not None:
+            from loopscale.plugins import load_plugin
+
+            if load_plugin(self.loop_hook).build_hook is None:
+                raise UserError(f"model: loop_hook {self.loop_hook} names a plugin without a loop hook")
 
     def layout(self) -> Layout:
         """Resolve the iso-depth layout ℓ_p + r·ℓ_rec + ℓ_c = depth, refusing impossible ones."""
