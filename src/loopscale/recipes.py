@@ -16,11 +16,14 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from loopscale.errors import UserError
+
+if TYPE_CHECKING:
+    from loopscale.config import ModelConfig
 
 PRESETS: dict[str, tuple[str, ...]] = {
     "hyperconnections": ("model.injection=hyperconnect",),
@@ -175,14 +178,15 @@ def recorded_recipe(settings: dict[str, Any]) -> Recipe:
     return Recipe(name, PRESETS[name])
 
 
-def check_recipe(recipe: Recipe, spec: dict[str, Any], cells: list[tuple[int, int]]) -> None:
+def check_recipe(recipe: Recipe, spec: dict[str, Any], cells: list[tuple[int, int]]) -> list[ModelConfig]:
     """Refuse an unknown key or a bad value, naming the key: each override applied in turn to the base's
     template and recipe (``spec``, a sweep spec mapping) at every (width, r) of ``cells`` must make a valid
-    run config."""
+    run config. Returns the variant's model config at each cell."""
     from loopscale.config import from_dict
     from loopscale.sweep.spec import RunGroup
     from loopscale.train.config import TrainConfig, merge
 
+    configs = []
     for k, text in enumerate(recipe.overrides):
         key = parse_override(text)[0]
         changes = Recipe(recipe.name, recipe.overrides[: k + 1]).changes()
@@ -198,9 +202,12 @@ def check_recipe(recipe: Recipe, spec: dict[str, Any], cells: list[tuple[int, in
             data = {**merge(spec.get("train", {}), group.train), "model": model, "steps": 1,
                     "batch_tokens": spec.get("batch_tokens", 1)}
             try:
-                from_dict(TrainConfig, data, "run")
+                run = from_dict(TrainConfig, data, "run")
             except UserError as exc:
                 raise UserError(f"{text}: {exc} (at width {width}, r={r})") from None
+            if k == len(recipe.overrides) - 1:
+                configs.append(run.model)
+    return configs
 
 
 def _check_path(key: str) -> None:

@@ -36,7 +36,7 @@ from loopscale.pairs.results import PairedEffects, PricedLook, PricePlan, PriceR
 from loopscale.pairs.rule import TEST_LEVEL
 from loopscale.pairs.sequential import look_counts, look_sizes, simulations_for, spent
 from loopscale.pairs.test_time import TEST_TIME_FILE
-from loopscale.recipes import Recipe, recorded_recipe
+from loopscale.recipes import Recipe, check_recipe, recorded_recipe
 
 PRICE_FILE = "price.json"
 MIN_PAIRS = 4
@@ -170,10 +170,10 @@ def price(settings: PriceSettings, echo=print) -> PriceResult:
         raise UserError(f"{settings.out} prices recipe {recorded.name} ({' '.join(recorded.overrides)}), not "
                         f"{recipe.name} ({' '.join(recipe.overrides)}): resume it with that recipe, or give "
                         "another --out")
+    _check_recipe(settings)
     schedule = plan_price(settings)
     looks = schedule.looks
     name = f"price-{recipe.name}"
-    _check_counts(variant_spec(schedule.pairs, recipe, name, runs=schedule.order), recipe)
     echo(
         f"loopscale price: {recipe.name} against {settings.base} ({len(schedule.pairs.table)} runs): "
         f"up to {looks.most} seed-matched pairs within {settings.max_hours:g} h on {settings.workers} "
@@ -242,19 +242,21 @@ def read_test_time(arm: Path) -> TestTimeDepth | None:
     return read_record(path, TestTimeDepth, "rerun `loopscale eval-depth`") if path.is_file() else None
 
 
-def _check_counts(spec, recipe: Recipe) -> None:
-    """A plugin's loop hook: its declared parameters and FLOPs against the model's, at every (width, r) the
-    plan may train (``loopscale.model.measure``), before anything trains."""
-    configs = {}
-    for group in spec.groups:  # one cell per group
-        cfg = spec.model_config(group, group.grid[0].widths[0], group.rs[0])
-        configs[cfg.width, cfg.r] = cfg
-    hooked = [cfg for cfg in configs.values() if cfg.loop_hook is not None]
-    if hooked:
+def _check_recipe(settings: PriceSettings) -> None:
+    """Before the plan's fit: the recipe's overrides at every looped cell of the base (``check_recipe``), and
+    a plugin's loop hook, its declared parameters and FLOPs against the model's (``model.measure``) at two
+    corners of the cells, the narrowest model at the most loops and the widest at the fewest (a declaration
+    is a function of width and r; a counted pass costs seconds)."""
+    base = read_base(settings.base)
+    cells = sorted({(int(w), int(r)) for w, r in zip(base.table.width, base.table.r) if r > 1})
+    configs = check_recipe(settings.recipe, base.spec, cells)
+    if configs[0].loop_hook is not None:
         from loopscale.model.measure import check_hook_counts
 
-        for cfg in hooked:
-            check_hook_counts(cfg, recipe.name)
+        corners = {min(cells, key=lambda c: (c[0], -c[1])), max(cells, key=lambda c: (c[0], -c[1]))}
+        for cfg in configs:
+            if (cfg.width, cfg.r) in corners:
+                check_hook_counts(cfg, settings.recipe.name)
 
 
 def _settings_json(settings: PriceSettings) -> dict:
