@@ -85,7 +85,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     """``key=value`` → (key, the value read as YAML); a malformed one is a one-line UserError."""
     key, sep, raw = text.partition("=")
     key = key.strip()
-    if not sep or not re.fullmatch(r"[a-z_]+(\.[a-z_]+)*", key):
+    if not sep or not re.fullmatch(r"[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*", key):
         raise UserError(f"--set {text!r}: expected KEY=VALUE, a dotted config key (model.injection=parcae)")
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
@@ -220,9 +220,13 @@ def _check_path(key: str) -> None:
     node: Any = TrainConfig
     parts = key.split(".")
     for depth, part in enumerate(parts):
-        fields = {f.name for f in dataclasses.fields(node)} if dataclasses.is_dataclass(node) else set()
         where = ".".join(parts[:depth]) or "the run config"
+        if not dataclasses.is_dataclass(node):
+            raise UserError(f"{key}: {where} is a value, not a section of keys")
+        fields = {f.name for f in dataclasses.fields(node)}
         if part not in fields:
             allowed = ", ".join(sorted(fields | ({"bptt"} if depth == 0 else set())))
             raise UserError(f"{key}: unknown key {part!r} in {where}; allowed: {allowed}")
         node = _type_hints(node)[part]
+    if dataclasses.is_dataclass(node):
+        raise UserError(f"{key} is a section, not a key: set its keys one by one ({key}.KEY=VALUE)")

@@ -20,7 +20,7 @@ import loopscale.data
 import loopscale.plugins
 from loopscale.cli import main
 from loopscale.errors import UserError
-from loopscale.recipes import PRESETS, Recipe, resolve_recipe
+from loopscale.recipes import PRESETS, Recipe, recorded_recipe, resolve_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = ROOT / "results" / "laptop-factorial"
@@ -108,6 +108,8 @@ def test_set_variant_and_preset_compose_in_order(tmp_path):
         (["--set", "data.path=elsewhere", "--name", "x"], None, "data.path: .* must stay matched"),
         (["--set", "seed=3", "--name", "x"], None, "seed: .* must stay matched"),
         (["--set", "model.bptt_k=2", "--name", "x"], None, "model.bptt_k: .*bptt=ceil_half"),
+        (["--set", "optim={recipe: adamw}", "--name", "x"], None, "optim is a section, not a key"),
+        (["--set", "seed.x=1", "--name", "x"], None, "seed.x: seed is a value, not a section"),
         (["--set", "bptt=most", "--name", "x"], None, "bptt=most: .*bptt must be"),
         (["--set", "model.injection"], None, "expected KEY=VALUE"),
         (["parcae", "--set", "optim.matrix_lr=0.02"], None, "name it with --name"),
@@ -212,3 +214,10 @@ def test_a_plugin_is_a_recipe_plugin_with_a_declared_hook(tmp_path, monkeypatch)
         resolve_recipe(None, plugin="half_plugin:RECIPE")
     with pytest.raises(UserError, match="expected a loopscale.plugins.RecipePlugin"):
         resolve_recipe(None, plugin="half_plugin:OTHER")
+
+
+def test_a_published_price_folder_reads_as_its_preset():
+    for name in ("parcae", "sampled-depth", "curriculum"):
+        settings = json.loads((ROOT / "results" / f"laptop-{name}" / "price.json").read_text())["settings"]
+        assert "overrides" not in settings and recorded_recipe(settings) == resolve_recipe(name)
+    assert recorded_recipe({"recipe": "mine", "overrides": ["bptt=2"]}) == Recipe("mine", ("bptt=2",))
