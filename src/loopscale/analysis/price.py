@@ -163,10 +163,9 @@ def price(settings: PriceSettings, echo=print) -> PriceResult:
     settings.validate()
     check_output(settings.out, "--out", folder=True, kind="sweep")
     check_output(settings.data_root, "--data-root", folder=True, kind="data")
-    recipe = settings.recipe
-    recorded = recorded_recipe(read_price(settings.out / PRICE_FILE).settings) if (
-        settings.out / PRICE_FILE).is_file() else recipe
-    if recorded != recipe:
+    recipe, saved = settings.recipe, settings.out / PRICE_FILE
+    recorded = recorded_recipe(read_price(saved).settings) if saved.is_file() else recipe
+    if recorded != recipe:  # a resumed price prices the recipe it began with
         raise UserError(f"{settings.out} prices recipe {recorded.name} ({' '.join(recorded.overrides)}), not "
                         f"{recipe.name} ({' '.join(recipe.overrides)}): resume it with that recipe, or give "
                         "another --out")

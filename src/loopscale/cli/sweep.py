@@ -372,8 +372,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     settings = PriceSettings(
         recipe=resolve_recipe(args.recipe), base=args.base, out=args.out, max_hours=args.max_hours,
-        workers=args.workers or 2,
-        bootstrap=args.bootstrap, restarts=args.restarts, seed=args.seed, data_root=args.data_root,
+        workers=args.workers or 2, bootstrap=args.bootstrap, restarts=args.restarts, seed=args.seed,
+        data_root=args.data_root,
     )  # fmt: skip
     price(settings)
     return 0
