@@ -10,6 +10,8 @@ convention, i.e. no causal halving). It leaves out the embedding lookup, softmax
 activation functions, RoPE and the softcap, and it charges the three model-level norm gains (3d) nothing.
 Parcae's injection is charged like W_inj, as the weights it applies in every loop: B·e (d² multiply-adds, or d
 for the per-dimension B) and the per-dimension A_log and dt_bias (2d, charged as weights like the norm gains).
+A plugin's loop hook (``loopscale.plugins``) adds what it declares: its parameters to N_rec, its forward FLOPs
+per token in every loop (3× where back-propagated); ``price`` checks both against the model.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 
 from loopscale.config import Layout, ModelConfig
 from loopscale.errors import UserError
+from loopscale.plugins import hook_counts
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,7 @@ def count_params(cfg: ModelConfig) -> ParamCounts:
     """
     d, lay = cfg.width, cfg.layout()
     n_b = block_params(d)
-    n_rec = lay.rec_layers * n_b + injection_params(d, lay)
+    n_rec = lay.rec_layers * n_b + injection_params(d, lay) + hook_counts(cfg)[0]
     n_once = (lay.prelude + lay.coda) * n_b + 3 * d
     if lay.injection == "hyperconnect":
         k = cfg.hc_lanes
@@ -119,8 +122,9 @@ def flops_per_token(cfg: ModelConfig, *, training: bool = True, loops: int | Non
     p_loop = lay.rec_layers * n_b + p_inject
     attn_once = d * t * (lay.prelude + lay.coda)
     attn_loop = d * t * lay.rec_layers
+    hook = hook_counts(cfg)[1]  # a plugin's declared forward FLOPs per loop (loopscale.plugins)
     if not training:
-        return 2 * p_once + 2 * lay.r * p_loop + 4 * attn_once + 4 * lay.r * attn_loop
+        return 2 * p_once + 2 * lay.r * p_loop + 4 * attn_once + 4 * lay.r * attn_loop + lay.r * hook
     k_full = lay.r if cfg.bptt_k is None else min(cfg.bptt_k, lay.r)
     f_detached = lay.r - k_full
     return (
@@ -128,6 +132,7 @@ def flops_per_token(cfg: ModelConfig, *, training: bool = True, loops: int | Non
         + (2 * f_detached + 6 * k_full) * p_loop
         + 12 * attn_once
         + (4 * f_detached + 12 * k_full) * attn_loop
+        + (f_detached + 3 * k_full) * hook
     )
 
 

@@ -122,9 +122,15 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
 
 
 def to_dict(obj: Any) -> Any:
-    """Dataclass → plain dict (tuples become lists) suitable for YAML/JSON."""
+    """Dataclass → plain dict (tuples become lists) suitable for YAML/JSON. A field added after configs were
+    published (metadata ``omit_default``) is left out at its default, so a config that does not use it
+    writes the text it always did (a sweep reuses a run only when its run.yaml is the same text)."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {
+            f.name: to_dict(getattr(obj, f.name))
+            for f in dataclasses.fields(obj)
+            if not (f.metadata.get("omit_default") and getattr(obj, f.name) == f.default)
+        }
     if isinstance(obj, list | tuple):
         return [to_dict(v) for v in obj]
     if isinstance(obj, dict):
@@ -203,6 +209,8 @@ class ModelConfig:
     softcap: float = 15.0
     norm_eps: float = 1e-6
     rope_theta: float = 10000.0
+    # module:attr of a plugin's hook on each loop's input (loopscale.plugins); written only when set
+    loop_hook: str | None = dataclasses.field(default=None, metadata={"omit_default": True})
 
     def validate(self) -> None:
         if self.width <= 0 or self.head_dim <= 0:
@@ -233,6 +241,11 @@ class ModelConfig:
             if layout.injection == "hyperconnect" and self.bptt_k != layout.r:
                 raise UserError("model: truncated BPTT is not supported with hyperconnections (as in the "
                                 "paper)")
+        if self.loop_hook is not None:
+            from loopscale.plugins import load_plugin
+
+            if load_plugin(self.loop_hook).build_hook is None:
+                raise UserError(f"model: loop_hook {self.loop_hook} names a plugin without a loop hook")
 
     def layout(self) -> Layout:
         """Resolve the iso-depth layout ℓ_p + r·ℓ_rec + ℓ_c = depth, refusing impossible ones."""

@@ -31,21 +31,14 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+from torch.utils.flop_counter import FlopCounterMode
 
 from loopscale.accounting import flops_per_token
 from loopscale.config import ModelConfig
 from loopscale.model import LoopedGPT
+from loopscale.model.measure import CPU_SDPA
 
 torch.set_num_threads(1)
-aten = torch.ops.aten
-
-CPU_SDPA = {
-    aten._scaled_dot_product_flash_attention_for_cpu:
-        lambda q, k, v, *args, out_shape=None, **kwargs: sdpa_flop_count(q, k, v),
-    aten._scaled_dot_product_flash_attention_for_cpu_backward:
-        lambda grad, q, k, v, *args, out_shape=None, **kwargs: sdpa_backward_flop_count(grad, q, k, v),
-}
 COUNTED_OPS = {"mm", "addmm", "bmm", "_scaled_dot_product_flash_attention_for_cpu",
                "_scaled_dot_product_flash_attention_for_cpu_backward"}
 BATCH = 2

@@ -19,6 +19,7 @@ from loopscale.analysis.price import PriceSettings, plan_price, price
 from loopscale.io import claim_folder
 from loopscale.pairs.results import PriceResult
 from loopscale.pairs.sequential import look_counts, look_sizes, simulations_for, spent
+from loopscale.recipes import resolve_recipe
 from loopscale.sweep.plan import plan_sweep
 
 BASE = Path(__file__).resolve().parents[2] / "results" / "laptop-factorial"
@@ -101,8 +102,9 @@ def _fake_training(monkeypatch, offset: float, calls: list) -> None:
 
 
 def _settings(tmp_path: Path, **kw) -> PriceSettings:
-    return PriceSettings(recipe="hyperconnections", base=BASE, out=tmp_path / "price", max_hours=0.25,
-                         bootstrap=20, restarts=40, data_root=tmp_path / "data", **kw)  # fmt: skip
+    return PriceSettings(recipe=resolve_recipe("hyperconnections"), base=BASE, out=tmp_path / "price",
+                         max_hours=0.25, bootstrap=20, restarts=40, data_root=tmp_path / "data",
+                         **kw)  # fmt: skip
 
 
 def test_price_stops_at_the_first_look_that_names_an_effect_and_writes_its_report(tmp_path, monkeypatch):

@@ -36,7 +36,7 @@ from loopscale.pairs.results import PairedEffects, PricedLook, PricePlan, PriceR
 from loopscale.pairs.rule import TEST_LEVEL
 from loopscale.pairs.sequential import look_counts, look_sizes, simulations_for, spent
 from loopscale.pairs.test_time import TEST_TIME_FILE
-from loopscale.recipes import RECIPES
+from loopscale.recipes import Recipe, check_recipe, recorded_recipe
 
 PRICE_FILE = "price.json"
 MIN_PAIRS = 4
@@ -56,7 +56,7 @@ class PriceSchedule:
 class PriceSettings:
     """What ``price`` does. Hours are wall hours of training on ``workers`` single-thread workers."""
 
-    recipe: str
+    recipe: Recipe
     base: Path
     out: Path
     target: float | None = None  # stop once Δφ's half-width is this small (units of φ)
@@ -71,8 +71,6 @@ class PriceSettings:
     data_root: Path = Path("data")
 
     def validate(self) -> None:
-        if self.recipe not in RECIPES:
-            raise UserError(f"unknown recipe {self.recipe!r}; choose one of {', '.join(RECIPES)}")
         for name in ("max_hours", "alpha", "prior_df"):
             if not getattr(self, name) > 0:
                 raise UserError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
@@ -165,11 +163,18 @@ def price(settings: PriceSettings, echo=print) -> PriceResult:
     settings.validate()
     check_output(settings.out, "--out", folder=True, kind="sweep")
     check_output(settings.data_root, "--data-root", folder=True, kind="data")
+    recipe, saved = settings.recipe, settings.out / PRICE_FILE
+    recorded = recorded_recipe(read_price(saved).settings) if saved.is_file() else recipe
+    if recorded != recipe:  # a resumed price prices the recipe it began with
+        raise UserError(f"{settings.out} prices recipe {recorded.name} ({' '.join(recorded.overrides)}), not "
+                        f"{recipe.name} ({' '.join(recipe.overrides)}): resume it with that recipe, or give "
+                        "another --out")
+    _check_recipe(settings)
     schedule = plan_price(settings)
     looks = schedule.looks
-    name = f"price-{settings.recipe}"
+    name = f"price-{recipe.name}"
     echo(
-        f"loopscale price: {settings.recipe} against {settings.base} ({len(schedule.pairs.table)} runs): "
+        f"loopscale price: {recipe.name} against {settings.base} ({len(schedule.pairs.table)} runs): "
         f"up to {looks.most} seed-matched pairs within {settings.max_hours:g} h on {settings.workers} "
         f"worker(s), looks after {', '.join(map(str, looks.counts))} pairs at sizes "
         + ", ".join(f"{s:.4f}" for s in looks.sizes)
@@ -177,7 +182,7 @@ def price(settings: PriceSettings, echo=print) -> PriceResult:
     )
     data = None
     result = PriceResult(
-        recipe=settings.recipe,
+        recipe=recipe.name,
         base=os.path.relpath(settings.base, settings.out),  # published artefacts hold relative paths
         settings=_settings_json(settings),
         plan=looks,
@@ -185,7 +190,7 @@ def price(settings: PriceSettings, echo=print) -> PriceResult:
         effects=None,
     )
     for k, n in enumerate(looks.counts):
-        spec = variant_spec(schedule.pairs, settings.recipe, name, runs=schedule.order[:n])
+        spec = variant_spec(schedule.pairs, recipe, name, runs=schedule.order[:n])
         if data is None:
             data = prepare_default(
                 settings.data_root, vocab_size=spec.model["vocab_size"], seq_len=spec.model["seq_len"]
@@ -236,9 +241,29 @@ def read_test_time(arm: Path) -> TestTimeDepth | None:
     return read_record(path, TestTimeDepth, "rerun `loopscale eval-depth`") if path.is_file() else None
 
 
+def _check_recipe(settings: PriceSettings) -> None:
+    """Before the plan's fit: the recipe's overrides at every looped cell of the base (``check_recipe``), and
+    a plugin's loop hook, its declared parameters and FLOPs against the model's (``model.measure``) at two
+    corners of the cells, the narrowest model at the most loops and the widest at the fewest (a declaration
+    is a function of width and r; a counted pass costs seconds)."""
+    base = read_base(settings.base)
+    cells = sorted({(int(w), int(r)) for w, r in zip(base.table.width, base.table.r) if r > 1})
+    configs = check_recipe(settings.recipe, base.spec, cells)
+    if configs[0].loop_hook is not None:
+        from loopscale.model.measure import check_hook_counts
+
+        corners = {min(cells, key=lambda c: (c[0], -c[1])), max(cells, key=lambda c: (c[0], -c[1]))}
+        for cfg in configs:
+            if (cfg.width, cfg.r) in corners:
+                check_hook_counts(cfg, settings.recipe.name)
+
+
 def _settings_json(settings: PriceSettings) -> dict:
-    """The settings as JSON, paths relative to the output folder."""
+    """The settings as JSON, paths relative to the output folder, the recipe as its name and overrides."""
+    fields = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}
+    recipe = fields.pop("recipe")
     return {
-        k: (os.path.relpath(v, settings.out) if isinstance(v, Path) else v)
-        for k, v in dataclasses.asdict(settings).items()
+        "recipe": recipe.name,
+        "overrides": list(recipe.overrides),
+        **{k: (os.path.relpath(v, settings.out) if isinstance(v, Path) else v) for k, v in fields.items()},
     }

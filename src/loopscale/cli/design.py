@@ -15,7 +15,7 @@ import dataclasses
 from pathlib import Path
 
 from loopscale.errors import UserError
-from loopscale.recipes import RECIPES
+from loopscale.recipes import PRESETS, resolve_recipe
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -174,7 +174,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--recipe",
-        choices=sorted(RECIPES),
+        choices=sorted(PRESETS),
         default="hyperconnections",
         help="with --reuse: the recipe of the variant spec --out writes (default hyperconnections)",
     )
@@ -236,7 +236,7 @@ def run_paired_design(args: argparse.Namespace) -> int:
     for line in plan_lines(plan):
         print(f"  {line}")
     name = f"{args.reuse.name}-{args.recipe}-paired"
-    spec = variant_spec(plan, args.recipe, name)
+    spec = variant_spec(plan, resolve_recipe(args.recipe), name)
     if args.out is not None:
         atomic_write_text(args.out, dump_yaml(spec))
         print(f"wrote {args.out} (run it with `loopscale sweep {args.out} --out SWEEP_DIR`)")

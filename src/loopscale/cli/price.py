@@ -1,4 +1,5 @@
-"""``loopscale price RECIPE --reuse BASE``: a recipe's effect on looped models from seed-matched pairs,
+"""``loopscale price [RECIPE] [--set KEY=VALUE …] [--variant FILE] [--plugin MODULE:ATTR] --reuse BASE``: a
+recipe's (``loopscale.recipes``) effect on looped models from seed-matched pairs,
 trained in batches against a published base and re-read after each, with a stopping rule that spends α
 over the looks (``loopscale.analysis.price``; docs/fitting.md "Pricing a recipe")."""
 
@@ -7,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from loopscale.recipes import RECIPES
+from loopscale.recipes import PRESETS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -15,7 +16,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         "price",
         help="price a recipe against a published base from seed-matched pairs, stopping once decided",
     )
-    p.add_argument("recipe", choices=sorted(RECIPES), help="the recipe change to price")
+    p.add_argument(
+        "recipe", nargs="?",
+        help=f"a preset ({', '.join(sorted(PRESETS))}) or an installed plugin (entry points "
+        "loopscale.recipes)",
+    )  # fmt: skip
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="change one key of the runs' config (model.injection=parcae, optim.matrix_lr=0.02, "
+        "bptt=ceil_half); repeat for more",
+    )  # fmt: skip
+    p.add_argument(
+        "--variant", type=Path, help="a YAML file of changes (model:, train:, bptt: as in a sweep group)"
+    )
+    p.add_argument("--plugin", metavar="MODULE:ATTR", help="a recipe plugin (loopscale.plugins.RecipePlugin)")
+    p.add_argument("--name", help="the recipe's name (required with --set or --variant; default its own)")
     p.add_argument("--reuse", type=Path, required=True, help="the published base sweep folder")
     p.add_argument(
         "--out", type=Path, help="the variant's sweep and report folder (default runs/price-RECIPE)"
@@ -51,8 +66,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_price(args: argparse.Namespace) -> int:
     from loopscale.analysis.price import PriceSettings, price
     from loopscale.cli import require_input
+    from loopscale.errors import UserError
+    from loopscale.recipes import resolve_recipe
 
-    out = args.out or Path("runs") / f"price-{args.recipe}"
+    recipe = None
+    if not args.render:
+        recipe = resolve_recipe(
+            args.recipe, sets=args.set, variant=args.variant, plugin=args.plugin, label=args.name
+        )
+    elif args.out is None and (args.name or args.recipe) is None:
+        raise UserError("--render needs the price folder: give --out (or the recipe's name)")
+    out = args.out or Path("runs") / f"price-{recipe.name if recipe else args.name or args.recipe}"
     if not args.render:  # a folder loopscale did not create is refused before anything else is read
         from loopscale.io import check_output
 
@@ -67,7 +91,7 @@ def cmd_price(args: argparse.Namespace) -> int:
         print(write_price_report(read_price(out / "price.json"), out, read_test_time(out)))
         return 0
     settings = PriceSettings(
-        recipe=args.recipe,
+        recipe=recipe,
         base=args.reuse,
         out=out,
         target=args.target,

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from loopscale.errors import UserError
-from loopscale.recipes import RECIPES
+from loopscale.recipes import PRESETS
 from loopscale.sweep.runner import check_counts, exit_code, run_sweep, with_data
 
 DEFAULT_DEMO_OUT = Path("runs/demo")
@@ -172,7 +172,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--recipe",
-        choices=sorted(RECIPES),
+        choices=sorted(PRESETS),
         default="hyperconnections",
         help="the recipe change to measure (default hyperconnections)",
     )
@@ -368,9 +368,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     check_output(args.out, "--out", folder=True, kind="sweep")  # refused before anything else is read
     check_output(args.data_root, "--data-root", folder=True, kind="data")
     require_input(args.base, "--base sweep (run the demo from the repository root)", folder=True)
+    from loopscale.recipes import resolve_recipe
+
     settings = PriceSettings(
-        recipe=args.recipe, base=args.base, out=args.out, max_hours=args.max_hours, workers=args.workers or 2,
-        bootstrap=args.bootstrap, restarts=args.restarts, seed=args.seed, data_root=args.data_root,
+        recipe=resolve_recipe(args.recipe), base=args.base, out=args.out, max_hours=args.max_hours,
+        workers=args.workers or 2, bootstrap=args.bootstrap, restarts=args.restarts, seed=args.seed,
+        data_root=args.data_root,
     )  # fmt: skip
     price(settings)
     return 0

@@ -37,7 +37,7 @@ from loopscale.fit.bootstrap import effect_groups
 from loopscale.fit.results import RunNoise
 from loopscale.fit.table import RunTable
 from loopscale.pairs.rule import TEST_LEVEL, known_covariance, known_sandwich
-from loopscale.recipes import RECIPES
+from loopscale.recipes import Recipe, check_recipe
 from loopscale.sweep.spec import SweepSpec
 
 if TYPE_CHECKING:
@@ -224,22 +224,23 @@ def plan_pairs(
     return PairPlan(table, fit, noise, sigma_pair, cluster_sd, picked, base.spec, unit)
 
 
-def variant_spec(plan: PairPlan, recipe: str, name: str, runs: list[int] | None = None) -> SweepSpec:
+def variant_spec(plan: PairPlan, recipe: Recipe, name: str, runs: list[int] | None = None) -> SweepSpec:
     """The sweep of the variant runs at the picked cells (``runs``: these rows of the base table instead, in
-    this order): the base's template, recipe and data, one group per pair so each run keeps the base run's
-    seed."""
-    if recipe not in RECIPES:
-        raise UserError(f"unknown recipe {recipe!r}; choose one of {', '.join(RECIPES)}")
+    this order): the base's template, recipe and data changed by ``recipe``, one group per pair so each run
+    keeps the base run's seed. An override the base's runs cannot take is a one-line UserError naming it."""
     t, base = plan.table, plan.spec
+    rows = plan.picked.runs if runs is None else runs
+    check_recipe(recipe, base, sorted({(int(t.width[i]), int(t.r[i])) for i in rows}))
+    changes = recipe.changes()
     groups = [
         {
             "name": f"pair{k}-s{int(t.seed[i])}",
             "rs": [int(t.r[i])],
             "seeds": [int(t.seed[i])],
             "grid": [{"budget": float(t.budget[i]), "widths": [int(t.width[i])]}],
-            **RECIPES[recipe],
+            **changes,
         }
-        for k, i in enumerate(plan.picked.runs if runs is None else runs)
+        for k, i in enumerate(rows)
     ]
     keys = ("batch_tokens", "model", "train", "nproc")
     data = {"name": name, **{k: base[k] for k in keys if k in base}, "groups": groups}

@@ -114,6 +114,9 @@ def export_run(run: str | os.PathLike, out: str | os.PathLike, tokenizer: str | 
     if model.layout.injection not in EXPORTED_INJECTIONS:
         raise UserError(f"{shown(source.run)}: export does not implement {model.layout.injection} injection "
                         f"(only {', '.join(EXPORTED_INJECTIONS)}); use the run folder with loopscale itself")
+    if train_cfg.model.loop_hook is not None:
+        raise UserError(f"{shown(source.run)}: export does not implement a plugin's loop hook "
+                        f"({train_cfg.model.loop_hook}); use the run folder with loopscale itself")
     tok_file, bos_id = _tokenizer(source.run, train_cfg, tokenizer)
     from tokenizers import Tokenizer
 
@@ -193,6 +196,7 @@ def hf_config(model_cfg, bos_id: int, source: Source) -> dict[str, Any]:
         "softcap": model_cfg.softcap,
         "norm_eps": model_cfg.norm_eps,
         "rope_theta": model_cfg.rope_theta,
+        "loop_hook": None,  # export refuses a plugin's hook (loopscale.plugins)
         "bos_token_id": bos_id,
         "eos_token_id": bos_id,
         "tie_word_embeddings": False,

@@ -21,6 +21,9 @@ and otherwise h(i+1) = norm_recur(block(u(i))). Parcae's injection (Prairie et a
 value embeddings and zero-initialised residuals are other recipes, left out. B·e is recomputed in every loop,
 as W_inj·[e; h] re-multiplies e, which is what the FLOPs count charges (accounting).
 
+A plugin recipe (cfg.loop_hook, loopscale.plugins) may add one module called on every loop's block input,
+u(i) ← hook(u(i), i), before the recurrent block runs; without one the loop is as above.
+
 Truncated BPTT (cfg.bptt_k = k): the state (HC: the lanes) leaving every iteration i < r − k is detached,
 so only the last k iterations are back-propagated; the forward pass is unchanged. Training recipes that vary
 the loop count (sampled depth, curricula: ``loopscale.train.plan``) run ``forward(..., r=T)``.
@@ -41,6 +44,7 @@ from torch import Tensor
 
 from loopscale.config import PARCAE_INJECTIONS, ModelConfig
 from loopscale.errors import UserError
+from loopscale.plugins import load_plugin
 
 # Parcae's initial per-dimension step Δ = softplus(dt_bias) = ln(5)/2, so that with a = exp(0) = 1 the state's
 # decay exp(−Δ·a) starts at √(1/5) ≈ 0.447.
@@ -165,6 +169,8 @@ class LoopedGPT(nn.Module):
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
         self.reset_parameters()
+        # a plugin's hook on each loop's block input, built after the shared init so that init is the base's
+        self.loop_hook = load_plugin(cfg.loop_hook).build_hook(cfg) if cfg.loop_hook else None
 
     @staticmethod
     def _rope_tables(cfg: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -221,6 +227,8 @@ class LoopedGPT(nn.Module):
         injection = [self.parcae_a_log, self.parcae_dt_bias, self.parcae_b] if parcae else []
         groups = {"matrix": matrix, "embed": [self.wte.weight], "unembed": [self.lm_head.weight],
                   "norm": norm, "hc": hc, "injection": injection}
+        if self.loop_hook is not None:  # a plugin routes its hook's parameters to one group
+            groups[load_plugin(self.cfg.loop_hook).optim_group] += self.loop_hook.parameters()
         assert sum(len(g) for g in groups.values()) == len(list(self.parameters()))
         return groups
 
@@ -277,6 +285,8 @@ class LoopedGPT(nn.Module):
             lanes = [e] * k
             for i in range(r):
                 u = sum(self.hc_alpha[i, j] * lanes[j] for j in range(k))
+                if self.loop_hook is not None:
+                    u = self.loop_hook(u, i)
                 s = self.norm_recur(run(self.recur, u))
                 lanes = [sum(self.hc_mix[i, a, j] * lanes[j] for j in range(k)) + self.hc_beta[i, a] * s
                          for a in range(k)]
@@ -292,6 +302,8 @@ class LoopedGPT(nn.Module):
                     u = h + e
                 else:
                     u = h
+                if self.loop_hook is not None:
+                    u = self.loop_hook(u, i)
                 h = self.norm_recur(run(self.recur, u))
                 if i < detach_below:
                     h = h.detach()
