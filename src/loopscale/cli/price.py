@@ -29,6 +29,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-root", type=Path, default=Path("data"), help="where the default corpus is built")
     p.add_argument("--render", action="store_true", help="only re-render --out's report from its price.json")
+    p.add_argument(
+        "--boundary", choices=("obf", "pocock"), default="obf",
+        help="the looks' boundary: O'Brien-Fleming-like (strict early, near the one-look test last) or "
+        "Pocock-like (constant) (obf)",
+    )  # fmt: skip
+    p.add_argument(
+        "--sequences", type=int, default=1000, help="simulated sequences per truth for the boundary and power"
+    )
+    p.add_argument(
+        "--dry-run", action="store_true",
+        help="train nothing: print the plan's looks, boundary and power, and the hours 80%% power needs",
+    )  # fmt: skip
     p.set_defaults(func=cmd_price)
 
     p = sub.add_parser(
@@ -53,6 +65,29 @@ def cmd_price(args: argparse.Namespace) -> int:
     from loopscale.cli import require_input
 
     out = args.out or Path("runs") / f"price-{args.recipe}"
+    settings = PriceSettings(
+        recipe=args.recipe,
+        base=args.reuse,
+        out=out,
+        target=args.target,
+        max_hours=args.max_hours,
+        batch=args.batch,
+        workers=args.workers,
+        alpha=args.alpha,
+        bootstrap=args.bootstrap,
+        seed=args.seed,
+        data_root=args.data_root,
+        boundary=args.boundary,
+        sequences=args.sequences,
+    )
+    if args.dry_run:  # reads the base only: writes nothing anywhere
+        from loopscale.analysis.price import dry_run
+        from loopscale.present.price_text import dry_run_lines
+
+        settings.validate()
+        require_input(args.reuse, "--reuse base sweep", folder=True)
+        print("\n".join(dry_run_lines(settings.recipe, args.reuse, args.workers, *dry_run(settings))))
+        return 0
     if not args.render:  # a folder loopscale did not create is refused before anything else is read
         from loopscale.io import check_output
 
@@ -66,19 +101,6 @@ def cmd_price(args: argparse.Namespace) -> int:
         require_input(out / "price.json", "price.json in --out (run `loopscale price` first)", folder=False)
         print(write_price_report(read_price(out / "price.json"), out, read_test_time(out)))
         return 0
-    settings = PriceSettings(
-        recipe=args.recipe,
-        base=args.reuse,
-        out=out,
-        target=args.target,
-        max_hours=args.max_hours,
-        batch=args.batch,
-        workers=args.workers,
-        alpha=args.alpha,
-        bootstrap=args.bootstrap,
-        seed=args.seed,
-        data_root=args.data_root,
-    )
     price(settings)
     return 0
 

@@ -2,24 +2,135 @@
 
 from __future__ import annotations
 
-from loopscale.pairs.results import PairedEffects, PooledClusterSd, PriceResult
+from loopscale.pairs.results import (
+    Boundary,
+    PairedEffects,
+    PlanPower,
+    PooledClusterSd,
+    PricePlan,
+    PriceResult,
+)
 from loopscale.present.effect_text import effect_sentence
+
+SHAPE_NAMES = {"obf": "O'Brien–Fleming-like", "pocock": "Pocock-like"}
+TRUTH_NAMES = {
+    "offset": "an offset",
+    "delta_phi": "delta phi beyond an offset",
+    "every": "an every-model change",
+}
+UNITS = {"offset": " nats", "delta_phi": "", "every": " nats"}
 
 
 def price_verdict(result: PriceResult) -> str:
-    """The price's first line: what the pairs name at the last look, and how the looks ended."""
+    """The price's first line: what the pairs name at the last look, how the looks ended and, where they
+    named nothing, the effects the plan had too little power to name."""
     e, last = result.effects, result.looks[-1]
     ended = {
         "decided": "stopped as soon as an effect was named",
         "precise": "stopped at the target precision of delta phi",
         "last look": "the plan's last look: its hour cap or its cells ran out",
     }[last.stop]
+    boundary = result.plan.boundary
+    if boundary is None:  # a plan from before issue 49: α spent look by look, a union bound
+        tests = f"tests at size {last.size:.4f} of alpha {result.settings['alpha']} spent over the looks"
+    else:
+        tests = (
+            f"critical value {last.critical:.2f} at this look ({SHAPE_NAMES[boundary.shape]} boundary "
+            f"holding alpha {boundary.alpha:g} over all looks)"
+        )
+    unreached = "" if last.stop == "decided" or result.power is None else f"; {unreached_text(result.power)}"
     return (
         f"{result.recipe}: {effect_sentence(e)}; {last.pairs} pairs, look {last.look} of "
-        f"{len(result.plan.counts)} ({ended}); tests at size {last.size:.4f} of alpha "
-        f"{result.settings['alpha']} spent over the looks, intervals at {100 * e.ci_level:.1f}%; "
-        f"{noise_text(e, last.cluster_sd)}"
+        f"{len(result.plan.counts)} ({ended}); {tests}, intervals at {100 * e.ci_level:.1f}%"
+        f"{unreached}; {noise_text(e, last.cluster_sd)}"
     )
+
+
+def looks_intro(plan: PricePlan) -> str:
+    """The sentence above the report's table of looks."""
+    if plan.boundary is None:
+        return (
+            "Each look analyses the pairs trained so far at its share of alpha (Lan–DeMets, Pocock type), so "
+            "looking after every batch does not inflate false attribution; a look names an effect only where "
+            "its interval at 1 − size excludes 0."
+        )
+    named = "A look names a term only where its interval excludes 0."
+    return f"{boundary_text(plan.boundary, plan.most)} {named}"
+
+
+def boundary_text(b: Boundary, most: int) -> str:
+    """What the boundary is and how it was scaled."""
+    form = f"{b.scale:.3f}·(n/{most})^(-1/2)" if b.shape == "obf" else f"{b.scale:.3f} at every look"
+    return (
+        f"Every term's |t| at look k is held to one critical value, {SHAPE_NAMES[b.shape]}: c = {form}, "
+        f"with intervals estimate ± c·SE. The scale is set on {b.sequences} simulated sequences per null "
+        f"truth (the same pairs read again as they accumulate, the stopping rule in the loop) so that the "
+        f"chance that the looks name a term the truth lacks is {b.spent[-1]:.3f} under the worst null truth "
+        f"(aimed at {b.target:.3f}: alpha {b.alpha:g} less its Monte Carlo margin)."
+    )
+
+
+def plan_lines(plan: PricePlan, power: PlanPower | None = None) -> list[str]:
+    """The plan's looks: each look's pairs, critical value and interval level, then its power."""
+    b = plan.boundary
+    lines = [boundary_text(b, plan.most)]
+    lines += [
+        f"look {k + 1}: {n} pairs, critical value {c:.3f}, intervals at {100 * level:.2f}%, a wrong name by "
+        f"this look {spent:.3f}"
+        for k, (n, c, level, spent) in enumerate(zip(plan.counts, b.critical, b.levels, b.spent))
+    ]
+    return lines + ([] if power is None else power_lines(power))
+
+
+def dry_run_lines(recipe: str, base, workers: int, plan: PricePlan, power: PlanPower) -> list[str]:
+    """``price --dry-run``'s output: the plan, its looks and boundary, its power and the hours it needs."""
+    head = (
+        f"loopscale price --dry-run: {recipe} against {base}: up to {plan.most} seed-matched pairs within "
+        f"{power.hours:g} h on {workers} worker(s); nothing is trained"
+    )
+    return [head, *plan_lines(plan, power)]
+
+
+def _size(term: str, size: float) -> str:
+    return f"{size:+.2f}{UNITS[term]}"
+
+
+def power_lines(power: PlanPower) -> list[str]:
+    """What the plan can decide before it spends: each truth's power and the plan that reaches the target."""
+    lines = [
+        f"What {power.pairs} pairs within {power.hours:g} h can decide ({power.sequences} simulated "
+        "sequences per truth, the stopping rule and the boundary in the loop; a truth counts as named when "
+        "the looks stop naming its term):"
+    ]
+    for row in power.rows:
+        as_offset = (
+            " (named as an offset: the plan trains no r = 1 pairs, so it cannot tell it from one)"
+            if row.named_as != row.term
+            else ""
+        )
+        if row.pairs is None and power.most_pairs > power.pairs:
+            need = (
+                f"not reached within all {power.most_pairs} of the base's looped cells "
+                f"({power.most_hours:.2f} h)"
+            )
+        elif row.pairs is None:
+            need = ""
+        else:
+            need = f"reached with {row.pairs} pairs ({row.hours:.2f} h)"
+        lines.append(
+            f"  {TRUTH_NAMES[row.term]} of {_size(row.term, row.size)}: power {row.power:.2f}{as_offset}"
+            + (f"; {100 * power.target:.0f}% power {need}" if need else "")
+        )
+    return lines
+
+
+def unreached_text(power: PlanPower) -> str:
+    """The truths the plan had less than the target power to name (a price that ended undecided)."""
+    weak = [row for row in power.rows if row.power < power.target]
+    if not weak:
+        return f"the plan had {100 * power.target:.0f}% power to name each effect it was sized for"
+    parts = [f"{TRUTH_NAMES[r.term]} of {_size(r.term, r.size)} (power {r.power:.2f})" for r in weak]
+    return f"the plan had under {100 * power.target:.0f}% power to name {', '.join(parts)}"
 
 
 def noise_text(e: PairedEffects, pooled: PooledClusterSd) -> str:
