@@ -58,7 +58,7 @@ def test_the_scaled_boundary_holds_wrong_attribution_where_the_full_alpha_at_eve
     names a wrong term in at most ~α of fresh ones under every null truth, intervals never hold 0 where a
     term is named; 2.05 (|t|'s 4% point for a normal) at every look names one far more often."""
     from loopscale.pairs.rule import Simulator, known_covariance, sequence_nulls
-    from loopscale.pairs.sequential import run_sequences, scaled_boundary, simulate_looks
+    from loopscale.pairs.sequential import at_critical, run_sequences, scaled_boundary, simulate_looks
 
     r = np.tile([2, 4, 8, 2, 8, 4, 8, 2], 2)
     width = np.repeat([32.0, 64.0], 8)
@@ -81,9 +81,9 @@ def test_the_scaled_boundary_holds_wrong_attribution_where_the_full_alpha_at_eve
     assert boundary.spent[-1] <= boundary.target < 0.04 and all(0.9 < level < 1 for level in boundary.levels)
     fresh = simulate_looks(sim, counts, available, nulls, 1000, np.random.default_rng(4))
     for stats in fresh:
-        runs = run_sequences(stats, boundary.critical, available)
+        runs = run_sequences(stats, at_critical(available, boundary.critical))
         assert runs.wrong.mean() <= 0.04 + 0.012 and not runs.disagree.any()
-    full = run_sequences(fresh[0], [2.054] * len(counts), available)
+    full = run_sequences(fresh[0], at_critical(available, [2.054] * len(counts)))
     assert full.wrong.mean() > 0.06
 
 

@@ -6,9 +6,10 @@ trained in batches against a published base, re-read after every batch, stopping
    the hour cap (single-thread seconds / workers). At least 4 pairs must fit.
 2. **Looks.** After the first 4 pairs, then after every ``batch`` more: the variant runs of the cells so
    far are trained (a sweep folder that grows by one group per pair, each with the base run's seed; a rerun
-   resumes it and replays the looks), collected, and analysed (``pairs.effects.analyse_pairs``) at this
-   look's test size from ``pairs.sequential`` (α spent by information fraction, so looking after every
-   batch does not inflate false attribution).
+   resumes it and replays the looks), collected, and analysed (``pairs.effects.analyse_pairs``) with every
+   term held to this look's boundary value from ``pairs.sequential`` (a family c_k = C·f(t_k) scaled on
+   simulated sequences under the plan's null truths, so that looking after every batch names a term the
+   truth lacks with chance at most α over the whole sequence).
 3. **Noise.** A pair's iid sd is the base's seed noise (√2·σ_seed, its replicate df); the (r, width) sd is
    learnt from the pairs so far with the base law's own misfit as a prior worth ``prior_df`` clusters
    (``pairs.effects.pooled_cluster_sd``), so a recipe whose pairs agree closely is not priced at the
@@ -16,8 +17,11 @@ trained in batches against a published base, re-read after every batch, stopping
 4. **Stop** when the rule names an effect (decided), when Δφ's half-width reaches ``target`` (precise), or
    at the plan's last look (the hour cap or the cells ran out).
 
-Writes ``price.json`` (settings, plan, every look, the last look's effect document) after every look and
-``loss_change_by_r`` / ``report.md`` at the end; the sweep's own files hold the runs.
+Before it trains, the plan's power to name each of ``POWER_TRUTHS`` is simulated with the stopping rule in
+the loop (``plan_power``; ``price --dry-run`` prints it with the hours each would need and trains nothing).
+Writes ``price.json`` (settings, plan and its boundary, its power, every look, the last look's effect
+document) after every look and ``loss_change_by_r`` / ``report.md`` at the end; the sweep's own files hold
+the runs.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from loopscale.pairs.rule import TEST_LEVEL, Simulator, known_covariance, sequen
 from loopscale.pairs.sequential import (
     SHAPES,
     LookStatistics,
+    at_critical,
     look_counts,
     run_sequences,
     scaled_boundary,
@@ -88,7 +93,7 @@ class PriceSettings:
     seed: int = 0
     data_root: Path = Path("data")
     boundary: str = "obf"  # the looks' boundary family (pairs.sequential.SHAPES)
-    sequences: int = 2000  # simulated sequences per truth for the boundary and the plan's power
+    sequences: int = 1000  # simulated sequences per truth for the boundary and the plan's power
 
     def validate(self) -> None:
         if self.recipe not in RECIPES:
@@ -321,7 +326,8 @@ def plan_power(schedule: PriceSchedule, settings: PriceSettings, search: bool = 
             counts = look_counts(MIN_PAIRS, settings.batch, most)
             boundary = scaled_boundary([s.at(counts) for s in nulls], most, available, settings.alpha,
                                        settings.boundary)  # fmt: skip
-            runs = {key: run_sequences(s.at(counts), boundary.critical, available) for key, s in stats.items()}
+            rules = at_critical(available, boundary.critical)
+            runs = {key: run_sequences(s.at(counts), rules) for key, s in stats.items()}
             named = {(t, v): float(runs[t if t in available else n, v].named[n].mean()) for t, v, n in rows}
             cache[most] = boundary, named
         return cache[most]

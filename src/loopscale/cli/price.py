@@ -1,6 +1,7 @@
 """``loopscale price RECIPE --reuse BASE``: a recipe's effect on looped models from seed-matched pairs,
-trained in batches against a published base and re-read after each, with a stopping rule that spends α
-over the looks (``loopscale.analysis.price``; docs/fitting.md "Pricing a recipe")."""
+trained in batches against a published base and re-read after each, with a stopping rule whose boundary
+holds α over all the looks; ``--dry-run`` says what the plan can decide before it spends
+(``loopscale.analysis.price``; docs/fitting.md "Pricing a recipe")."""
 
 from __future__ import annotations
 

@@ -346,9 +346,10 @@ class Boundary(Record):
     """The looks' critical values (``pairs.sequential.scale_boundary``): c_k = ``scale``·f(t_k) on the
     rule's |t| (f(t) = t^(-1/2) for "obf", 1 for "pocock"), the scale set so that, in ``sequences``
     simulated sequences under the worst null truth, the chance that the looks stop naming a term the truth
-    lacks is ``target`` (α less its Monte Carlo margin). ``levels``: each look's interval level, 1 − the
-    share of simulated null |t| beyond c_k ((1 + count)/(1 + sequences), the worst term of the full model,
-    no effect); ``spent``: the chance, worst null truth, of a wrong name by look k."""
+    lacks, or with the true model's interval missing the truth, is ``target`` (α less its Monte Carlo
+    margin). ``levels``: each look's interval level, 1 − the share of simulated null |t| beyond c_k
+    ((1 + count)/(1 + sequences), the worst term of the full model, no effect); ``spent``: the chance,
+    worst null truth, of a wrong name by look k."""
 
     shape: BoundaryShape
     alpha: float

@@ -12,13 +12,15 @@ critical value of its studentised |t|, from a boundary family
 with the F-ratio gate that matches c_k (``rule.matching_gate``), and prints intervals estimate ± c_k·SE.
 The scale C is set by simulating whole sequences under each null truth of the plan (``rule.sequence_nulls``)
 and bisecting on C so that the chance that the sequence stops at a look naming a term the truth lacks is
-α less its Monte Carlo margin (``honest_target``) under the worst null truth. A sequence is one draw of the
-errors of every planned pair, read again as the pairs accumulate, so the looks keep their real correlation
-(corr(Z_j, Z_k) = √(n_j/n_k)); a union bound over per-look sizes (the rule before issue 49: the last of 10
-looks at size 0.0012) ignores it and wastes most of α. A family is scaled, not a per-look quantile
-simulated, so no look needs a tail of 10⁻⁵ resolved. The same simulated statistics, under truths with an
-effect, give the plan's power (``analysis.price.plan_power``) and the calibration with the stopping rule
-in the loop (benchmarks/price_calibration.py).
+α less its Monte Carlo margin (``honest_target``) under the worst null truth; the same C must also keep
+the chance that the true model's interval at the stop misses the truth (where the null truth has a term)
+within that target, so the interval the looks end on covers at 1 − α with the stopping rule in the loop.
+A sequence is one draw of the errors of every planned pair, read again as the pairs accumulate, so the
+looks keep their real correlation (corr(Z_j, Z_k) = √(n_j/n_k)); a union bound over per-look sizes (the
+rule before issue 49: the last of 10 looks at size 0.0012) ignores it and wastes most of α. A family is
+scaled, not a per-look quantile simulated, so no look needs a tail of 10⁻⁵ resolved. The same simulated
+statistics, under truths with an effect, give the plan's power (``analysis.price.plan_power``) and the
+calibration with the stopping rule in the loop (benchmarks/price_calibration.py).
 
 Stopping for precision (the interval's half-width reaching a target) reads the SE, not the estimate, and
 can only end a sequence sooner: it names nothing the boundary did not allow.
@@ -34,7 +36,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from loopscale.pairs.results import Boundary, SequentialCalibration
-from loopscale.pairs.rule import TOKENS_ONLY, UNATTRIBUTED, Simulator, boundary_rule, model_name, submodels
+from loopscale.pairs.rule import (
+    TOKENS_ONLY,
+    UNATTRIBUTED,
+    Rule,
+    Simulator,
+    boundary_rule,
+    model_name,
+    submodels,
+)
 
 SHAPES = ("obf", "pocock")
 MARGIN_Z = 1.645  # the boundary aims its worst null's simulated rate this many binomial SEs below α
@@ -150,21 +160,26 @@ class Sequences:
     named: dict[str, np.ndarray]
 
 
-def run_sequences(stats: LookStatistics, critical, available: tuple[str, ...]) -> Sequences:
-    """Look k reads its pairs with every term at ``critical[k]`` (``rule.boundary_rule``); a sequence stops
+def at_critical(available: tuple[str, ...], critical) -> list[Rule]:
+    """Each look's rule at its boundary value ``critical[k]`` (``rule.boundary_rule``)."""
+    return [boundary_rule(available, float(c)) for c in critical]
+
+
+def run_sequences(stats: LookStatistics, rules: list[Rule]) -> Sequences:
+    """Look k reads its pairs with ``rules[k]`` (``at_critical``, or any calibrated rule); a sequence stops
     at the first look that names a term, else at the last look."""
-    truth = stats.truth
+    truth, available = stats.truth, rules[0].available
     count, looks = len(stats.f_ratio[0]), len(stats.counts)
     stopped = np.full(count, -1)
     chosen = np.full(count, "", dtype=object)
     wrong, disagree, covered = (np.zeros(count, bool) for _ in range(3))
     named = {t: np.zeros(count, bool) for t in available}
     true_terms = tuple(t for t in available if t in truth)
-    for k in range(looks):
-        c = float(critical[k])
-        names = boundary_rule(available, c).decide(stats.f_ratio[k], stats.fits[k])
+    for k, rule in enumerate(rules):
+        names = rule.decide(stats.f_ratio[k], stats.fits[k])
         ends = (stopped < 0) & (~np.isin(names, (TOKENS_ONLY, UNATTRIBUTED)) | (k == looks - 1))
         for m, (beta, se) in stats.fits[k].items():
+            c = np.array([rule.term[m][t] for t in m])
             rows = ends & (names == model_name(m))
             disagree |= rows & (np.abs(beta) <= c * se).any(axis=1)
             wrong |= rows & any(t not in truth for t in m)
@@ -176,9 +191,13 @@ def run_sequences(stats: LookStatistics, critical, available: tuple[str, ...]) -
     return Sequences(stopped, chosen, wrong, disagree, covered, named)
 
 
-def worst_wrong(nulls: list[LookStatistics], critical, available: tuple[str, ...]) -> float:
-    """The largest share, over the null truths' sequences, that stop naming a term the truth lacks."""
-    return max(float(run_sequences(s, critical, available).wrong.mean()) for s in nulls)
+def worst_error(nulls: list[LookStatistics], critical, available: tuple[str, ...]) -> float:
+    """The largest share, over the null truths' sequences, that stop naming a term the truth lacks or, where
+    the truth has a term, whose true model's interval at the stop misses it (1 − coverage)."""
+    rules = at_critical(available, critical)
+    runs = [run_sequences(s, rules) for s in nulls]
+    misses = [float(1 - r.covered.mean()) if s.truth else 0.0 for s, r in zip(nulls, runs)]
+    return max(max(float(r.wrong.mean()), miss) for r, miss in zip(runs, misses))
 
 
 def scaled_boundary(
@@ -190,9 +209,9 @@ def scaled_boundary(
     fractions = np.array(counts, float) / most
     sequences = len(nulls[0].f_ratio[0])
     target = honest_target(alpha, sequences)
-    scale = scale_boundary(lambda c: worst_wrong(nulls, c, available), fractions, kind, target)
+    scale = scale_boundary(lambda c: worst_error(nulls, c, available), fractions, kind, target)
     critical = scale * shape(fractions, kind)
-    runs = [run_sequences(s, critical, available) for s in nulls]
+    runs = [run_sequences(s, at_critical(available, critical)) for s in nulls]
     spent = [max(float(np.mean(r.wrong & (r.stopped <= k))) for r in runs) for k in range(len(counts))]
     full = nulls[0].fits  # no effect: every term of the full model is null
     levels = [  # the Monte Carlo p-value's convention (1 + beyond) / (1 + S): never 100%, at worst low

@@ -64,9 +64,10 @@ def boundary_text(b: Boundary, most: int) -> str:
     return (
         f"Every term's |t| at look k is held to one critical value, {SHAPE_NAMES[b.shape]}: c = {form}, "
         f"with intervals estimate ± c·SE. The scale is set on {b.sequences} simulated sequences per null "
-        f"truth (the same pairs read again as they accumulate, the stopping rule in the loop) so that the "
-        f"chance that the looks name a term the truth lacks is {b.spent[-1]:.3f} under the worst null truth "
-        f"(aimed at {b.target:.3f}: alpha {b.alpha:g} less its Monte Carlo margin)."
+        "truth (the same pairs read again as they accumulate, the stopping rule in the loop) so that, under "
+        "the worst null truth, the chance that the looks name a term the truth lacks, or end on an interval "
+        f"that misses the truth, is at most {b.target:.3f} (alpha {b.alpha:g} less its Monte Carlo margin; "
+        f"a wrong name: {b.spent[-1]:.3f})."
     )
 
 
@@ -126,10 +127,16 @@ def power_lines(power: PlanPower) -> list[str]:
 
 def unreached_text(power: PlanPower) -> str:
     """The truths the plan had less than the target power to name (a price that ended undecided)."""
-    weak = [row for row in power.rows if row.power < power.target]
+    weak: dict[tuple[str, float], list[float]] = {}  # (term, |size|) → the powers of its signs
+    for row in power.rows:
+        if row.power < power.target:
+            weak.setdefault((row.term, abs(row.size)), []).append(row.power)
     if not weak:
         return f"the plan had {100 * power.target:.0f}% power to name each effect it was sized for"
-    parts = [f"{TRUTH_NAMES[r.term]} of {_size(r.term, r.size)} (power {r.power:.2f})" for r in weak]
+    parts = [
+        f"{TRUTH_NAMES[term]} of ±{size:.2f}{UNITS[term]} (power {' / '.join(f'{p:.2f}' for p in powers)})"
+        for (term, size), powers in weak.items()
+    ]
     return f"the plan had under {100 * power.target:.0f}% power to name {', '.join(parts)}"
 
 
