@@ -65,14 +65,16 @@ MIN_PAIRS = 4
 @dataclass(frozen=True)
 class PriceSchedule:
     """``plan_price``: the pairs' plan (``plan_pairs``), every looped cell of the base in greedy order with
-    the cumulative wall hours it reaches, the simulator of their pairs (``plan_simulator``) and the looks
-    (``PricePlan``: at most ``most`` pairs, the counts, the boundary, the planned hours)."""
+    the cumulative wall hours it reaches, the simulator of their pairs (``plan_simulator``), the looks
+    (``PricePlan``: at most ``most`` pairs, the counts, the boundary, the planned hours) and the null
+    sequences the boundary was scaled on."""
 
     pairs: PairPlan
     order: tuple[int, ...]  # rows of the base table, every looped cell
     hours: tuple[float, ...]  # wall hours on the workers once each cell of ``order`` is trained
     sim: Simulator
     looks: PricePlan
+    nulls: tuple[LookStatistics, ...]  # the null truths' simulated sequences the boundary was scaled on
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,7 @@ def plan_price(settings: PriceSettings) -> PriceSchedule:
         hours=hours[:most],
         boundary=boundary,
     )
-    return PriceSchedule(plan, order, hours, sim, looks)
+    return PriceSchedule(plan, order, hours, sim, looks, tuple(nulls))
 
 
 def pairs_within(hours, max_hours: float, workers: int) -> int:
@@ -313,7 +315,7 @@ def plan_power(schedule: PriceSchedule, settings: PriceSettings, search: bool = 
     sim, available, looks = schedule.sim, available_terms(schedule.sim), schedule.looks
     top = len(schedule.order) if search else looks.most
     read = tuple(range(MIN_PAIRS, top + 1)) if search else looks.counts
-    nulls = null_sequences(sim, read, settings)
+    nulls = null_sequences(sim, read, settings) if search else list(schedule.nulls)
     rng = np.random.default_rng(settings.seed + 43)
     rows = [(t, v, t if t in available else "offset") for t, sizes in POWER_TRUTHS.items() for v in sizes]
     simulated = [(t, v) for t, v, _ in rows if t in available]

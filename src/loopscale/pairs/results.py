@@ -326,7 +326,7 @@ class PricedLook(Record):
 
 @dataclass(frozen=True)
 class SequentialCalibration(Record):
-    """The stopping rule in the loop on simulated sequences (``pairs.sequential.sequential_calibration``):
+    """The stopping rule in the loop on simulated sequences (``pairs.sequential.summarise``):
     the share stopping at each look, naming each model at the stop, naming a term the truth lacks
     (``wrong``), naming a term whose interval holds 0 (``disagreement``), and the true model's intervals
     holding the truth at the stop (``coverage``; None for no effect)."""
