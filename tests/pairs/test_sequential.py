@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from loopscale.analysis.price import PriceSettings, plan_price, price, read_price, read_test_time
+from loopscale.errors import UserError
 from loopscale.io import claim_folder
 from loopscale.pairs.results import PriceResult
 from loopscale.pairs.sequential import honest_target, look_counts, scale_boundary, shape
@@ -194,7 +195,7 @@ def test_dry_run_prints_the_plan_and_its_power_and_writes_nothing(tmp_path):
     lines = run.stdout.splitlines()
     assert "nothing is trained" in lines[0] and "O'Brien–Fleming-like" in lines[1]
     assert sum(line.startswith("look ") for line in lines) == 3  # 8 pairs within 0.25 h: looks at 4, 6, 8
-    assert sum("power" in line for line in lines) >= 10 and "reached" in run.stdout
+    assert sum("power" in line for line in lines) >= 10 and "80% power needs" in run.stdout
     assert not (tmp_path / "price").exists() and list(tmp_path.iterdir()) == []
     assert sorted((p, p.stat().st_mtime_ns) for p in (ROOT / "results").rglob("*")) == before
 
@@ -220,3 +221,12 @@ def test_published_prices_read_and_re_render_byte_identically(tmp_path, arm):
     assert result.plan.boundary is None and result.power is None
     write_price_report(result, tmp_path, read_test_time(tmp_path))
     assert (tmp_path / "report.md").read_text() == (published / "report.md").read_text()
+
+
+def test_a_pocock_plan_holds_every_look_to_one_value_between_the_obf_extremes(tmp_path):
+    obf = plan_price(_settings(tmp_path)).looks.boundary
+    pocock = plan_price(_settings(tmp_path, boundary="pocock")).looks.boundary
+    assert pocock.shape == "pocock" and len(set(pocock.critical)) == 1
+    assert obf.critical[-1] < pocock.critical[0] < obf.critical[0]
+    with pytest.raises(UserError):
+        plan_price(_settings(tmp_path, boundary="bonferroni"))

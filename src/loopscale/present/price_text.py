@@ -96,33 +96,40 @@ def _size(term: str, size: float) -> str:
     return f"{size:+.2f}{UNITS[term]}"
 
 
-def power_lines(power: PlanPower) -> list[str]:
-    """What the plan can decide before it spends: each truth's power and the plan that reaches the target."""
-    lines = [
+def power_intro(power: PlanPower) -> str:
+    """The sentence above the plan's power table."""
+    return (
         f"What {power.pairs} pairs within {power.hours:g} h can decide ({power.sequences} simulated "
         "sequences per truth, the stopping rule and the boundary in the loop; a truth counts as named when "
         "the looks stop naming its term):"
-    ]
+    )
+
+
+def power_table(power: PlanPower) -> tuple[list[str], list[list[str]]]:
+    """The plan's power as a table: (headers, one row per truth: the truth, its power, what reaches the
+    target power; the last column only where the plan's neighbours were searched)."""
+    searched = power.most_pairs > power.pairs or any(row.pairs is not None for row in power.rows)
+    rows = []
     for row in power.rows:
-        as_offset = (
-            " (named as an offset: the plan trains no r = 1 pairs, so it cannot tell it from one)"
-            if row.named_as != row.term
-            else ""
-        )
-        if row.pairs is None and power.most_pairs > power.pairs:
-            need = (
-                f"not reached within all {power.most_pairs} of the base's looped cells "
-                f"({power.most_hours:.2f} h)"
-            )
-        elif row.pairs is None:
-            need = ""
+        truth = f"{TRUTH_NAMES[row.term]} of {_size(row.term, row.size)}"
+        if row.named_as != row.term:
+            truth += " (named as an offset: the plan trains no r = 1 pairs, so it cannot tell it from one)"
+        if row.pairs is None:
+            need = f"not within all {power.most_pairs} of the base's looped cells ({power.most_hours:.2f} h)"
         else:
-            need = f"reached with {row.pairs} pairs ({row.hours:.2f} h)"
-        lines.append(
-            f"  {TRUTH_NAMES[row.term]} of {_size(row.term, row.size)}: power {row.power:.2f}{as_offset}"
-            + (f"; {100 * power.target:.0f}% power {need}" if need else "")
-        )
-    return lines
+            need = f"{row.pairs} pairs ({row.hours:.2f} h)"
+        rows.append([truth, f"{row.power:.2f}", *([need] if searched else [])])
+    heads = ["truth", "power", *([f"{100 * power.target:.0f}% power needs"] if searched else [])]
+    return heads, rows
+
+
+def power_lines(power: PlanPower) -> list[str]:
+    """What the plan can decide before it spends, as lines: each truth's power and the plan that reaches
+    the target power."""
+    heads, rows = power_table(power)
+    return [power_intro(power)] + [
+        f"  {row[0]}: power {row[1]}" + (f"; {heads[2]} {row[2]}" if len(row) > 2 else "") for row in rows
+    ]
 
 
 def unreached_text(power: PlanPower) -> str:

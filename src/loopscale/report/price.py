@@ -8,7 +8,7 @@ from pathlib import Path
 from loopscale.io import atomic_write_text
 from loopscale.pairs.results import PriceResult, TestTimeDepth
 from loopscale.present.case_study_figures import EffectsDisplay, ExcessByWidthDisplay
-from loopscale.present.price_text import looks_intro, power_lines, price_verdict
+from loopscale.present.price_text import looks_intro, power_intro, power_table, price_verdict
 from loopscale.present.test_time import TestTimeDisplay, depth_lines
 from loopscale.report.compare import effect_blocks
 from loopscale.report.document import Document, Image, Section, Table
@@ -54,7 +54,10 @@ def write_price_report(result: PriceResult, out: Path, depth: TestTimeDepth | No
         ],
     )
     power = result.power  # what the plan could decide, before it spent (plans since issue 49)
-    power_section = [] if power is None else [Section("What the plan could decide", power_lines(power))]
+    power_section = []
+    if power is not None:
+        table = Table(*power_table(power))
+        power_section = [Section("What the plan could decide", [power_intro(power), table])]
     report = Document(
         title=f"Price of {result.recipe} against {result.base}",
         lead=[f"**{price_verdict(result)}**"],
