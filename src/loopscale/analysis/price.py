@@ -88,7 +88,7 @@ class PriceSettings:
     max_hours: float = 1.0
     batch: int = 2
     workers: int = 2
-    alpha: float = TEST_LEVEL
+    alpha: float = TEST_LEVEL  # the chance of a wrong name, or of a final interval missing, over all looks
     bootstrap: int = 200  # base-law bootstrap draws per look
     restarts: int = 200
     prior_df: float = 2.0  # the base law's misfit as a prior on the pairs' (r, width) sd, worth this many

@@ -25,7 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-hours", type=float, default=1.0, help="wall hours of training at most (1)")
     p.add_argument("--batch", type=int, default=2, help="pairs trained between looks after the first 4 (2)")
     p.add_argument("--workers", type=int, default=2, help="single-thread training workers (2)")
-    p.add_argument("--alpha", type=float, default=0.04, help="each test's size over all looks (0.04)")
+    p.add_argument(
+        "--alpha", type=float, default=0.04, help="the chance of naming a wrong effect over all looks (0.04)"
+    )
     p.add_argument("--bootstrap", type=int, default=200, help="base-law bootstrap draws per look (200)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-root", type=Path, default=Path("data"), help="where the default corpus is built")
