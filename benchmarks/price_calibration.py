@@ -1,30 +1,48 @@
-"""Is ``loopscale price``'s stopping rule honest under optional stopping? (issue 41)
+"""Is ``loopscale price``'s stopping rule honest under optional stopping, and what does it name? (issue 49)
 
 The plan is ``price``'s for a 1-hour cap against ``results/laptop-factorial`` (the base's looped cells in
-greedy order, 21 pairs, looks after 4, 6, …, 21 pairs). Sequences of pairs are simulated on it with a known
+greedy order, 21 pairs, looks after 4, 6, …, 20, 21). Sequences of pairs are simulated on it with a known
 truth (pair errors: the base's seed noise and the base law's (r, width) misfit, as ``price`` starts from),
-and the rule runs after every look exactly as ``price`` does, stopping at the first look that names an
-effect. Printed per truth, for α spent over the looks (``pairs.sequential``) and, for contrast, for the
-full α at every look: wrong attribution (a term named that the truth lacks), named-with-an-interval-holding-0,
-coverage of the true model's interval at the stop, and where the sequences stopped.
-Goal: wrong attribution ≤ 5% and coverage ≥ 0.95 with looks after every batch.
+and the rule runs after every look as ``price`` runs it, stopping at the first look that names an effect.
+Rules side by side, on the same sequences:
 
-    python benchmarks/price_calibration.py --sequences 400 --out results/law-check/price-calibration.json
+- **old** (issue 41): look k tests at its Lan–DeMets (Pocock type) share of α, its critical values simulated
+  for that size (``rule.calibrate_rule``, the null truths at the truth's values), a union bound over looks;
+- **obf** / **pocock** (issue 49): every term at the look's boundary value c_k = C·f(t_k), C scaled by
+  ``price``'s own plan (``analysis.price.plan_price``: its null truths, its sequences and seed), and
+  evaluated here on fresh sequences (another seed).
+
+Printed per truth and rule: wrong attribution (a term named that the truth lacks), named with an interval
+holding 0, coverage of the true model's intervals at the stop, and the share naming the truth's term.
+Targets (issue 49): wrong attribution in [α/2, α], coverage ≥ 1 − α, no term named with an interval
+holding 0.
+
+    nice python benchmarks/price_calibration.py --sequences 2000 \
+        --out results/law-check/price-calibration.json
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from pathlib import Path
 
 import numpy as np
 
-from loopscale.analysis.price import PriceSettings, plan_price
+from loopscale.analysis.price import PriceSettings, available_terms, null_sequences, plan_price
 from loopscale.io import atomic_write_json
-from loopscale.pairs.effects import Pairs, base_law
-from loopscale.pairs.rule import Simulator, known_covariance
-from loopscale.pairs.sequential import sequential_calibration
+from loopscale.pairs.rule import calibrate_rule
+from loopscale.pairs.sequential import (
+    SHAPES,
+    at_critical,
+    first_pairs,
+    run_sequences,
+    scaled_boundary,
+    simulate_looks,
+    summarise,
+)
+from loopscale.recipes import resolve_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 TRUTHS = {
@@ -35,53 +53,75 @@ TRUTHS = {
 }
 
 
+def lan_demets_sizes(counts: list[int], most: int, alpha: float) -> list[float]:
+    """The old rule's sizes: α(t_k) − α(t_{k−1}) with α(t) = α·ln(1 + (e − 1)t), t = n_k / most."""
+    spent = [alpha * math.log(1 + (math.e - 1) * n / most) for n in counts]
+    return [spent[0], *(b - a for a, b in zip(spent, spent[1:]))]
+
+
+def old_rules(sim, counts, sizes, available, truth, rng) -> list:
+    """The old rule's calibrated rule per look: simulated critical values at the look's size, with at least
+    40 simulated tables beyond each (its ``simulations_for``), the null truths at the truth's values."""
+    fitted = {m: {t: truth.get(t, 0.0) for t in m} for m in (("offset",), ("delta_phi",), available)}
+    return [
+        calibrate_rule(first_pairs(sim, n), available, fitted, max(2000, math.ceil(40 / size)), rng, size)
+        for n, size in zip(counts, sizes)
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sequences", type=int, default=400)
+    parser.add_argument("--sequences", type=int, default=1000, help="fresh sequences per truth")
     parser.add_argument("--hours", type=float, default=1.0)
-    parser.add_argument("--resamples", type=int, default=200, help="base-law bootstrap draws")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    settings = PriceSettings(recipe="parcae", base=ROOT / "results" / "laptop-factorial", out=Path("unused"),
-                             max_hours=args.hours)  # fmt: skip
-    schedule = plan_price(settings)
-    plan = schedule.pairs
-    order = np.array(schedule.order)
-    runs = plan.table.subset(order)
-    keys = sorted({(int(r), float(w)) for r, w in zip(runs.r, runs.width)})
-    cluster = np.array([keys.index((int(r), float(w))) for r, w in zip(runs.r, runs.width)])
-    law = base_law(plan.fit, plan.table, Pairs(runs, runs, cluster, keys), args.resamples, 0)
-    sd, cluster_sd = plan.sigma_pair, plan.cluster_sd
-    sim = Simulator(
-        np.zeros(len(runs)), law.phi_slope(law.theta)[0], law.token_part(law.draws), law.phi_slope(law.draws),
-        runs.r > 1, cluster, {"iid": sd**2, "cluster": cluster_sd**2}, plan.noise.df,
-        known_covariance(cluster, sd, cluster_sd),
-    )  # fmt: skip
-    counts, spent_sizes = list(schedule.looks.counts), list(schedule.looks.sizes)
-    available = ("offset", "delta_phi")
-    out: dict = {"counts": counts, "sizes": spent_sizes, "pair_sd": sd, "cluster_sd": cluster_sd,
-                 "truths": {}}  # fmt: skip
-    print(f"{len(runs)} pairs, looks after {counts}; pair sd {sd:.4f}, (r, width) sd {cluster_sd:.4f} nats")
+    settings = PriceSettings(recipe=resolve_recipe("parcae"), base=ROOT / "results" / "laptop-factorial",
+                             out=Path("unused"), max_hours=args.hours)  # fmt: skip
     start = time.perf_counter()
-    for label, truth in TRUTHS.items():
-        fitted = {m: {t: truth.get(t, 0.0) for t in m} for m in (("offset",), ("delta_phi",), available)}
+    schedule = plan_price(settings)
+    sim, looks, available = schedule.sim, schedule.looks, available_terms(schedule.sim)
+    counts = list(looks.counts)
+    nulls = null_sequences(sim, counts, settings)
+    boundaries = {
+        kind: scaled_boundary(nulls, looks.most, available, settings.alpha, kind) for kind in SHAPES
+    }  # the plan's own for obf: the same null sequences
+    assert boundaries["obf"] == looks.boundary
+    sizes = lan_demets_sizes(counts, looks.most, settings.alpha)
+    plan = schedule.pairs
+    out: dict = {
+        "counts": counts, "most": looks.most, "alpha": settings.alpha, "pair_sd": plan.sigma_pair,
+        "cluster_sd": plan.cluster_sd, "sequences": args.sequences, "old_sizes": sizes,
+        "boundaries": {kind: b.to_dict() for kind, b in boundaries.items()}, "truths": {},
+    }  # fmt: skip
+    print(
+        f"{looks.most} pairs, looks after {counts}; pair sd {plan.sigma_pair:.4f}, (r, width) sd "
+        f"{plan.cluster_sd:.4f} nats; obf last c {boundaries['obf'].critical[-1]:.3f}, pocock c "
+        f"{boundaries['pocock'].critical[-1]:.3f}; old sizes {sizes[0]:.4f} … {sizes[-1]:.4f}",
+        flush=True,
+    )
+    rng = np.random.default_rng(7)
+    fresh = simulate_looks(sim, counts, available, list(TRUTHS.values()), args.sequences, rng)
+    for (label, truth), stats in zip(TRUTHS.items(), fresh):
+        rules = {
+            "old": old_rules(sim, counts, sizes, available, truth, np.random.default_rng(11)),
+            **{kind: at_critical(available, b.critical) for kind, b in boundaries.items()},
+        }
         out["truths"][label] = {}
-        for plan_name, sizes in (
-            ("spent", spent_sizes),
-            ("full alpha each look", [0.04] * len(counts)),
-        ):
-            result = sequential_calibration(sim, counts, sizes, available, fitted, truth, args.sequences,
-                                            np.random.default_rng(7))  # fmt: skip
-            out["truths"][label][plan_name] = result.to_dict()
+        for name, rule in rules.items():
+            runs = run_sequences(stats, rule)
+            result = summarise(runs, len(counts), truth)
+            named = {t: float(runs.named[t].mean()) for t in available}
+            out["truths"][label][name] = {**result.to_dict(), "named": named}
             cover = "–" if result.coverage is None else f"{result.coverage:.3f}"
+            power = " ".join(f"{t} {named[t]:.3f}" for t in truth)
             print(
-                f"{label:16s} {plan_name:21s} wrong {result.wrong:.3f}  interval holds 0 "
-                f"{result.disagreement:.3f}  coverage {cover}  chosen {result.chosen}  "
+                f"{label:16s} {name:7s} wrong {result.wrong:.3f}  interval holds 0 "
+                f"{result.disagreement:.3f}  coverage {cover}  named {power or '–'}  "
                 f"({time.perf_counter() - start:.0f} s)",
                 flush=True,
             )
-            if args.out:
-                atomic_write_json(args.out, out)
+        if args.out:
+            atomic_write_json(args.out, out)
 
 
 if __name__ == "__main__":

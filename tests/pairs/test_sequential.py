@@ -1,48 +1,66 @@
-"""``loopscale price``'s honest stopping (design.sequential) and its loop (analysis.price): α spent over the
-looks, the stopping rule in the loop on simulated sequences, and the workflow's looks, stop and files on a
-base whose variant runs are simulated (nothing is trained here)."""
+"""``loopscale price``'s honest stopping (pairs.sequential) and its loop (analysis.price): boundaries scaled
+on the looks' joint law, the stopping rule in the loop on simulated sequences, the plan's power before it
+spends (--dry-run), and the workflow's looks, stop and files on a base whose variant runs are simulated
+(nothing is trained here)."""
 
 from __future__ import annotations
 
 import csv
 import json
-import math
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from loopscale.analysis.price import PriceSettings, plan_price, price
+from loopscale.analysis.price import PriceSettings, plan_price, price, read_price, read_test_time
+from loopscale.errors import UserError
 from loopscale.io import claim_folder
 from loopscale.pairs.results import PriceResult
-from loopscale.pairs.sequential import look_counts, look_sizes, simulations_for, spent
+from loopscale.pairs.sequential import honest_target, look_counts, scale_boundary, shape
+from loopscale.present.price_text import price_verdict
 from loopscale.recipes import resolve_recipe
+from loopscale.report.price import write_price_report
 from loopscale.sweep.plan import plan_sweep
 
-BASE = Path(__file__).resolve().parents[2] / "results" / "laptop-factorial"
+ROOT = Path(__file__).resolve().parents[2]
+BASE = ROOT / "results" / "laptop-factorial"
 
 
-@settings(max_examples=50, deadline=None)
-@given(st.integers(1, 6), st.integers(1, 5), st.integers(4, 60), st.floats(0.001, 0.2))
-def test_the_looks_spend_at_most_alpha_and_each_look_gets_a_positive_share(first, batch, extra, alpha):
-    most = first + extra
-    counts = look_counts(first, batch, most)
-    assert counts[0] == first and counts[-1] == most and counts == sorted(set(counts))
-    sizes = look_sizes(counts, most, alpha)
-    assert all(s > 0 for s in sizes)
-    assert math.isclose(sum(sizes), alpha, rel_tol=1e-9)  # all of α by the last look, never more
-    assert spent(0.0, alpha) == 0.0 and spent(1.0, alpha) == pytest.approx(alpha)
-    assert all(simulations_for(s) * s >= 40 for s in sizes)  # every quantile rests on 40 tail tables
+@pytest.mark.parametrize(("kind", "last"), [("pocock", 2.555), ("obf", 2.087)])
+def test_a_scaled_family_on_ten_correlated_normal_looks_gives_the_published_boundaries(kind, last):
+    """Jennison & Turnbull (Tables 2.1, 2.3): K = 10 equally spaced looks at two-sided α = 0.05 on a plain
+    normal statistic (Z_k of the cumulative sum, corr √(j/k)): a constant boundary 2.555, O'Brien–Fleming
+    2.087 at the last look. Independent looks would give 2.80 (Bonferroni)."""
+    rng = np.random.default_rng(0)
+    z = np.abs(np.cumsum(rng.standard_normal((200_000, 10)), axis=1) / np.sqrt(np.arange(1, 11)))
+    fractions = np.arange(1, 11) / 10
+    scale = scale_boundary(lambda c: float(np.mean((z > c).any(axis=1))), fractions, kind, 0.05)
+    assert scale * shape(fractions, kind)[-1] == pytest.approx(last, abs=0.02)
 
 
-def test_spending_keeps_false_attribution_down_where_the_full_alpha_at_every_look_does_not():
-    """No effect, 16 planned pairs, looks after 4, 6, …, 16: with α spent the rule names an effect in at
-    most ~5% of sequences; testing at the full α at every look names one more often (optional stopping)."""
-    from loopscale.pairs.rule import Simulator, known_covariance
-    from loopscale.pairs.sequential import sequential_calibration
+def test_the_boundary_shapes_and_the_honest_target():
+    t = np.array([0.25, 0.5, 1.0])
+    assert shape(t, "obf") == pytest.approx([2.0, 2**0.5, 1.0]) and shape(t, "pocock") == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        shape([0.0, 1.0], "obf")
+    with pytest.raises(ValueError):
+        shape(t, "bonferroni")
+    assert 0.03 < honest_target(0.04, 2000) < 0.04
+    assert honest_target(0.04, 10**8) == pytest.approx(0.04, abs=1e-4)
+    counts = look_counts(4, 2, 11)
+    assert counts == [4, 6, 8, 10, 11]
+
+
+def test_the_scaled_boundary_holds_wrong_attribution_where_the_full_alpha_at_every_look_does_not():
+    """16 planned pairs, looks after 4, 6, …, 16: a boundary scaled on one set of simulated null sequences
+    names a wrong term in at most ~α of fresh ones under every null truth, intervals never hold 0 where a
+    term is named; 2.05 (|t|'s 4% point for a normal) at every look names one far more often."""
+    from loopscale.pairs.rule import Simulator, known_covariance, sequence_nulls
+    from loopscale.pairs.sequential import at_critical, run_sequences, scaled_boundary, simulate_looks
 
     r = np.tile([2, 4, 8, 2, 8, 4, 8, 2], 2)
     width = np.repeat([32.0, 64.0], 8)
@@ -56,13 +74,19 @@ def test_spending_keeps_false_attribution_down_where_the_full_alpha_at_every_loo
     )
     counts = look_counts(4, 2, 16)
     available = ("offset", "delta_phi")
-    fitted = {m: dict.fromkeys(m, 0.0) for m in (("offset",), ("delta_phi",), available)}
-    rates = {}
-    for name, sizes in (("spent", look_sizes(counts, 16, 0.04)), ("full", [0.04] * len(counts))):
-        out = sequential_calibration(sim, counts, sizes, available, fitted, {}, 400, np.random.default_rng(3))
-        assert out.disagreement == 0.0 and out.coverage is None
-        rates[name] = out.wrong
-    assert rates["spent"] <= 0.065 and rates["full"] > rates["spent"]
+    nulls = sequence_nulls(available)
+    boundary = scaled_boundary(
+        simulate_looks(sim, counts, available, nulls, 1000, np.random.default_rng(3)), 16, available, 0.04,
+        "obf",
+    )
+    assert boundary.critical == pytest.approx(sorted(boundary.critical, reverse=True))  # strict early
+    assert boundary.spent[-1] <= boundary.target < 0.04 and all(0.9 < level < 1 for level in boundary.levels)
+    fresh = simulate_looks(sim, counts, available, nulls, 1000, np.random.default_rng(4))
+    for stats in fresh:
+        runs = run_sequences(stats, at_critical(available, boundary.critical))
+        assert runs.wrong.mean() <= 0.04 + 0.012 and not runs.disagree.any()
+    full = run_sequences(fresh[0], at_critical(available, [2.054] * len(counts)))
+    assert full.wrong.mean() > 0.06
 
 
 def _base_rows() -> list[dict]:
@@ -103,8 +127,8 @@ def _fake_training(monkeypatch, offset: float, calls: list) -> None:
 
 def _settings(tmp_path: Path, **kw) -> PriceSettings:
     return PriceSettings(recipe=resolve_recipe("hyperconnections"), base=BASE, out=tmp_path / "price",
-                         max_hours=0.25, bootstrap=20, restarts=40, data_root=tmp_path / "data",
-                         **kw)  # fmt: skip
+                         max_hours=0.25, bootstrap=20, restarts=40, sequences=200,
+                         data_root=tmp_path / "data", **kw)  # fmt: skip
 
 
 def test_price_stops_at_the_first_look_that_names_an_effect_and_writes_its_report(tmp_path, monkeypatch):
@@ -115,14 +139,16 @@ def test_price_stops_at_the_first_look_that_names_an_effect_and_writes_its_repor
     first = result.looks[0]
     # the run ends with its verdict (a number and its interval), then where the report is
     assert lines[-2].startswith("hyperconnections: ") and " [" in lines[-2] and "report.md" in lines[-1]
-    assert len(result.looks) == 1 and first.stop == "decided" and first.pairs == 4 and calls == [4]
-    assert {"offset"} <= set(result.effects.chosen_terms)
+    *before, last = result.looks  # O'Brien–Fleming-like: 4 pairs rarely name -0.08 nats, 6 do
+    assert all(k.stop is None and not k.chosen_terms for k in before) and last.stop == "decided"
+    assert calls == [k.pairs for k in result.looks] and {"offset"} <= set(result.effects.chosen_terms)
     assert first.size < 0.04 and result.effects.ci_level == pytest.approx(1 - first.size)
+    assert first.critical == result.plan.boundary.critical[0] > 2  # the boundary is strict at the first look
     saved = json.loads((tmp_path / "price" / "price.json").read_text())
     assert PriceResult.from_dict(saved) == result  # price.json is the typed result, read back whole
     assert not Path(saved["base"]).is_absolute() and not Path(saved["settings"]["out"]).is_absolute()
     report = (tmp_path / "price" / "report.md").read_text()
-    assert report.startswith("# Price of hyperconnections") and "look 1 of 3" in report
+    assert report.startswith("# Price of hyperconnections") and f"look {last.look} of 3" in report
     assert (tmp_path / "price" / "loss_change_by_r.png").is_file()
 
 
@@ -134,7 +160,10 @@ def test_price_without_an_effect_looks_to_the_end_and_names_nothing(tmp_path, mo
     assert calls == list(plan.looks.counts) == [4, 6, 8]
     assert [k.stop for k in result.looks] == [None, None, "last look"]
     assert result.effects.chosen_terms == ()
-    assert sum(k.size for k in result.looks) == pytest.approx(0.04)
+    boundary = result.plan.boundary
+    assert [k.critical for k in result.looks] == list(boundary.critical) and boundary.shape == "obf"
+    assert [k.spent for k in result.looks] == list(boundary.spent) and boundary.spent[-1] <= 0.04
+    assert result.power is not None and "power" in price_verdict(result)  # what it could not reach
     pooled = result.looks[-1].cluster_sd
     assert pooled.df >= 0 and pooled.cluster_sd > 0
     assert np.isfinite(result.looks[-1].delta_phi_half_width)
@@ -154,3 +183,51 @@ def test_a_rerun_replays_each_look_on_its_own_pairs_and_trains_nothing_finished(
     assert calls == [] and [k.pairs for k in again.looks] == [4, 6, 8]
     assert again.looks == first.looks
     assert again.effects.n_pairs == 8
+
+
+def test_dry_run_prints_the_plan_and_its_power_and_writes_nothing(tmp_path):
+    before = sorted((p, p.stat().st_mtime_ns) for p in (ROOT / "results").rglob("*"))
+    run = subprocess.run(
+        [sys.executable, "-m", "loopscale", "price", "hyperconnections", "--reuse", str(BASE), "--dry-run",
+         "--max-hours", "0.25", "--sequences", "100", "--bootstrap", "20", "--out", str(tmp_path / "price")],
+        capture_output=True, text=True, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert "nothing is trained" in lines[0] and "O'Brien–Fleming-like" in lines[1]
+    assert sum(line.startswith("look ") for line in lines) == 3  # 8 pairs within 0.25 h: looks at 4, 6, 8
+    assert sum("power" in line for line in lines) >= 10 and "80% power needs" in run.stdout
+    assert not (tmp_path / "price").exists() and list(tmp_path.iterdir()) == []
+    assert sorted((p, p.stat().st_mtime_ns) for p in (ROOT / "results").rglob("*")) == before
+
+
+@pytest.mark.parametrize("flags", [["--max-hours", "-1"], ["--sequences", "5"]])
+def test_dry_run_with_bad_input_ends_in_one_line(tmp_path, flags):
+    run = subprocess.run(
+        [sys.executable, "-m", "loopscale", "price", "parcae", "--reuse", str(BASE), "--dry-run", *flags],
+        capture_output=True, text=True, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1 and run.stdout == ""
+
+
+@pytest.mark.parametrize("arm", ["laptop-parcae", "laptop-curriculum", "laptop-sampled-depth"])
+def test_published_prices_read_and_re_render_byte_identically(tmp_path, arm):
+    """price.json files written before the boundaries (no boundary, no power) still read, and their report
+    renders as published."""
+    published = ROOT / "results" / arm
+    for name in ("price.json", "test_time.json"):
+        if (published / name).is_file():
+            shutil.copy(published / name, tmp_path / name)
+    result = read_price(tmp_path / "price.json")
+    assert result.plan.boundary is None and result.power is None
+    write_price_report(result, tmp_path, read_test_time(tmp_path))
+    assert (tmp_path / "report.md").read_text() == (published / "report.md").read_text()
+
+
+def test_a_pocock_plan_holds_every_look_to_one_value_between_the_obf_extremes(tmp_path):
+    obf = plan_price(_settings(tmp_path)).looks.boundary
+    pocock = plan_price(_settings(tmp_path, boundary="pocock")).looks.boundary
+    assert pocock.shape == "pocock" and len(set(pocock.critical)) == 1
+    assert obf.critical[-1] < pocock.critical[0] < obf.critical[0]
+    with pytest.raises(UserError):
+        plan_price(_settings(tmp_path, boundary="bonferroni"))

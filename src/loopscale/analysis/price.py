@@ -6,9 +6,10 @@ trained in batches against a published base, re-read after every batch, stopping
    the hour cap (single-thread seconds / workers). At least 4 pairs must fit.
 2. **Looks.** After the first 4 pairs, then after every ``batch`` more: the variant runs of the cells so
    far are trained (a sweep folder that grows by one group per pair, each with the base run's seed; a rerun
-   resumes it and replays the looks), collected, and analysed (``pairs.effects.analyse_pairs``) at this
-   look's test size from ``pairs.sequential`` (α spent by information fraction, so looking after every
-   batch does not inflate false attribution).
+   resumes it and replays the looks), collected, and analysed (``pairs.effects.analyse_pairs``) with every
+   term held to this look's boundary value from ``pairs.sequential`` (a family c_k = C·f(t_k) scaled on
+   simulated sequences under the plan's null truths, so that looking after every batch names a term the
+   truth lacks with chance at most α over the whole sequence).
 3. **Noise.** A pair's iid sd is the base's seed noise (√2·σ_seed, its replicate df); the (r, width) sd is
    learnt from the pairs so far with the base law's own misfit as a prior worth ``prior_df`` clusters
    (``pairs.effects.pooled_cluster_sd``), so a recipe whose pairs agree closely is not priced at the
@@ -16,8 +17,11 @@ trained in batches against a published base, re-read after every batch, stopping
 4. **Stop** when the rule names an effect (decided), when Δφ's half-width reaches ``target`` (precise), or
    at the plan's last look (the hour cap or the cells ran out).
 
-Writes ``price.json`` (settings, plan, every look, the last look's effect document) after every look and
-``loss_change_by_r`` / ``report.md`` at the end; the sweep's own files hold the runs.
+Before it trains, the plan's power to name each of ``POWER_TRUTHS`` is simulated with the stopping rule in
+the loop (``plan_power``; ``price --dry-run`` prints it with the hours each would need and trains nothing).
+Writes ``price.json`` (settings, plan and its boundary, its power, every look, the last look's effect
+document) after every look and ``loss_change_by_r`` / ``report.md`` at the end; the sweep's own files hold
+the runs.
 """
 
 from __future__ import annotations
@@ -31,10 +35,26 @@ import numpy as np
 
 from loopscale.design.paired import PairPlan, plan_pairs, read_base, variant_spec
 from loopscale.errors import UserError
-from loopscale.pairs.effects import analyse_pairs, pooled_cluster_sd
-from loopscale.pairs.results import PairedEffects, PricedLook, PricePlan, PriceResult, TestTimeDepth
-from loopscale.pairs.rule import TEST_LEVEL
-from loopscale.pairs.sequential import look_counts, look_sizes, simulations_for, spent
+from loopscale.pairs.effects import Pairs, analyse_pairs, base_law, pooled_cluster_sd
+from loopscale.pairs.results import (
+    PairedEffects,
+    PlanPower,
+    PowerRow,
+    PricedLook,
+    PricePlan,
+    PriceResult,
+    TestTimeDepth,
+)
+from loopscale.pairs.rule import TEST_LEVEL, Simulator, known_covariance, sequence_nulls
+from loopscale.pairs.sequential import (
+    SHAPES,
+    LookStatistics,
+    at_critical,
+    look_counts,
+    run_sequences,
+    scaled_boundary,
+    simulate_looks,
+)
 from loopscale.pairs.test_time import TEST_TIME_FILE
 from loopscale.recipes import Recipe, check_recipe, recorded_recipe
 
@@ -44,12 +64,17 @@ MIN_PAIRS = 4
 
 @dataclass(frozen=True)
 class PriceSchedule:
-    """``plan_price``: the pairs' plan (``plan_pairs``), the looped cells in greedy order within the hour
-    cap, and the looks (``PricePlan``: at most ``most`` pairs, the counts, sizes and planned hours)."""
+    """``plan_price``: the pairs' plan (``plan_pairs``), every looped cell of the base in greedy order with
+    the cumulative wall hours it reaches, the simulator of their pairs (``plan_simulator``), the looks
+    (``PricePlan``: at most ``most`` pairs, the counts, the boundary, the planned hours) and the null
+    sequences the boundary was scaled on."""
 
     pairs: PairPlan
-    order: tuple[int, ...]  # rows of the base table
+    order: tuple[int, ...]  # rows of the base table, every looped cell
+    hours: tuple[float, ...]  # wall hours on the workers once each cell of ``order`` is trained
+    sim: Simulator
     looks: PricePlan
+    nulls: tuple[LookStatistics, ...]  # the null truths' simulated sequences the boundary was scaled on
 
 
 @dataclass(frozen=True)
@@ -63,12 +88,14 @@ class PriceSettings:
     max_hours: float = 1.0
     batch: int = 2
     workers: int = 2
-    alpha: float = TEST_LEVEL
+    alpha: float = TEST_LEVEL  # the chance of a wrong name, or of a final interval missing, over all looks
     bootstrap: int = 200  # base-law bootstrap draws per look
     restarts: int = 200
     prior_df: float = 2.0  # the base law's misfit as a prior on the pairs' (r, width) sd, worth this many
     seed: int = 0
     data_root: Path = Path("data")
+    boundary: str = "obf"  # the looks' boundary family (pairs.sequential.SHAPES)
+    sequences: int = 1000  # simulated sequences per truth for the boundary and the plan's power
 
     def validate(self) -> None:
         for name in ("max_hours", "alpha", "prior_df"):
@@ -83,33 +110,77 @@ class PriceSettings:
                 raise UserError(f"--{name} must be at least 1, got {getattr(self, name)}")
         if self.bootstrap < 2:
             raise UserError(f"--bootstrap must be at least 2, got {self.bootstrap}")
+        if self.boundary not in SHAPES:
+            raise UserError(f"--boundary must be one of {', '.join(SHAPES)}, got {self.boundary!r}")
+        if self.sequences < 100:
+            raise UserError(f"--sequences must be at least 100, got {self.sequences}")
 
 
 def plan_price(settings: PriceSettings) -> PriceSchedule:
     """The base's law and noise (``plan_pairs``), every looped cell in greedy order, how many fit the hour
-    cap, the looks and their sizes."""
+    cap, the looks and their boundary (simulated on the plan's pairs under its null truths)."""
+    settings.validate()
     base = read_base(settings.base)
     looped = int((base.table.r > 1).sum())
     plan = plan_pairs(settings.base, count=looped, restarts=settings.restarts, seed=settings.seed)
-    order = list(plan.picked.order)
-    hours = np.cumsum(base.cost[order]) / settings.workers / 3600 if plan.cost_unit == "s" else None
-    if hours is None:
+    order = tuple(plan.picked.order)
+    if plan.cost_unit != "s":
         raise UserError(f"the base {settings.base} records no wall times: the hour cap cannot be priced")
-    most = int(np.searchsorted(hours, settings.max_hours, side="right"))
-    if most < MIN_PAIRS:
-        raise UserError(
-            f"--max-hours {settings.max_hours} buys {most} of the base's {looped} looped cells on "
-            f"{settings.workers} worker(s) (the cheapest {MIN_PAIRS} take {hours[MIN_PAIRS - 1]:.2f} h): "
-            f"at least {MIN_PAIRS} pairs are needed"
-        )
+    hours = tuple((np.cumsum(base.cost[list(order)]) / settings.workers / 3600).tolist())
+    most = pairs_within(hours, settings.max_hours, settings.workers)
+    sim = plan_simulator(plan, order, settings.bootstrap, settings.seed)
     counts = look_counts(MIN_PAIRS, settings.batch, most)
+    nulls = null_sequences(sim, counts, settings)
+    boundary = scaled_boundary(nulls, most, available_terms(sim), settings.alpha, settings.boundary)
     looks = PricePlan(
         most=most,
         counts=tuple(counts),
-        sizes=tuple(float(size) for size in look_sizes(counts, most, settings.alpha)),
-        hours=tuple(hours[:most].tolist()),
+        sizes=tuple(1 - level for level in boundary.levels),
+        hours=hours[:most],
+        boundary=boundary,
     )
-    return PriceSchedule(plan, tuple(order[:most]), looks)
+    return PriceSchedule(plan, order, hours, sim, looks, tuple(nulls))
+
+
+def pairs_within(hours, max_hours: float, workers: int) -> int:
+    """How many cells of the greedy order fit ``max_hours`` (cumulative ``hours``); at least
+    ``MIN_PAIRS`` or a UserError."""
+    most = int(np.searchsorted(hours, max_hours, side="right"))
+    if most < MIN_PAIRS:
+        raise UserError(
+            f"--max-hours {max_hours} buys {most} of the base's {len(hours)} looped cells on {workers} "
+            f"worker(s) (the cheapest {MIN_PAIRS} take {hours[MIN_PAIRS - 1]:.2f} h): at least {MIN_PAIRS} "
+            "pairs are needed"
+        )
+    return most
+
+
+def plan_simulator(plan: PairPlan, order, resamples: int, seed: int) -> Simulator:
+    """Simulated pairs at the cells of ``order`` (plan order) as ``price`` starts: errors with the base's
+    seed noise and the base law's (r, width) misfit, taken as known, read through ``resamples`` base-law
+    bootstrap draws."""
+    runs = plan.table.subset(np.array(order))
+    keys = sorted({(int(r), float(w)) for r, w in zip(runs.r, runs.width)})
+    cluster = np.array([keys.index((int(r), float(w))) for r, w in zip(runs.r, runs.width)])
+    law = base_law(plan.fit, plan.table, Pairs(runs, runs, cluster, keys), resamples, seed)
+    sd, cluster_sd = plan.sigma_pair, plan.cluster_sd
+    return Simulator(
+        np.zeros(len(runs)), law.phi_slope(law.theta)[0], law.token_part(law.draws), law.phi_slope(law.draws),
+        runs.r > 1, cluster, {"iid": sd**2, "cluster": cluster_sd**2}, plan.noise.df,
+        known_covariance(cluster, sd, cluster_sd),
+    )  # fmt: skip
+
+
+def available_terms(sim: Simulator) -> tuple[str, ...]:
+    """The terms a plan's pairs tell apart: an every-model change only where it trains r = 1 pairs."""
+    return (("every",) if np.any(~sim.looped) else ()) + ("offset", "delta_phi")
+
+
+def null_sequences(sim: Simulator, counts, settings: PriceSettings) -> list[LookStatistics]:
+    """The plan's null truths' (``rule.sequence_nulls``) simulated sequences read at ``counts``."""
+    available = available_terms(sim)
+    rng = np.random.default_rng(settings.seed + 41)
+    return simulate_looks(sim, counts, available, sequence_nulls(available), settings.sequences, rng)
 
 
 def _look(
@@ -117,7 +188,7 @@ def _look(
 ) -> tuple[PricedLook, PairedEffects]:
     """Analyse the pairs of look ``k`` (0-based) at its size → (the look, its effect models)."""
     plan, looks = schedule.pairs, schedule.looks
-    n, size = looks.counts[k], looks.sizes[k]
+    n, size, critical = looks.counts[k], looks.sizes[k], looks.boundary.critical[k]
     pooled = pooled_cluster_sd(plan.table, variant, plan.fit, plan.cluster_sd, settings.prior_df)
     noise = {"sd": plan.sigma_pair, "cluster_sd": pooled.cluster_sd, "df": plan.noise.df}
     effects = analyse_pairs(
@@ -125,10 +196,10 @@ def _look(
         variant,
         plan.fit,
         base_resamples=settings.bootstrap,
-        simulations=simulations_for(size),
         seed=settings.seed,
         seed_noise=noise,
         size=size,
+        critical=critical,
     )
     phi = effects.models["delta phi"].ci.get("delta_phi")
     half_width = None if phi is None else (phi[1] - phi[0]) / 2
@@ -139,13 +210,14 @@ def _look(
         look=k + 1,
         pairs=n,
         size=size,
-        spent=spent(n / looks.most, settings.alpha),
+        spent=looks.boundary.spent[k],
         hours_planned=looks.hours[n - 1],
         chosen=effects.chosen,
         chosen_terms=effects.chosen_terms,
         delta_phi_half_width=half_width,
         cluster_sd=pooled,
         stop="decided" if decided else "precise" if precise else "last look" if last else None,
+        critical=critical,
     )
     return look, effects
 
@@ -163,6 +235,8 @@ def price(settings: PriceSettings, echo=print) -> PriceResult:
     settings.validate()
     check_output(settings.out, "--out", folder=True, kind="sweep")
     check_output(settings.data_root, "--data-root", folder=True, kind="data")
+    from loopscale.present.price_text import plan_lines
+
     recipe, saved = settings.recipe, settings.out / PRICE_FILE
     recorded = recorded_recipe(read_price(saved).settings) if saved.is_file() else recipe
     if recorded != recipe:  # a resumed price prices the recipe it began with
@@ -173,13 +247,14 @@ def price(settings: PriceSettings, echo=print) -> PriceResult:
     schedule = plan_price(settings)
     looks = schedule.looks
     name = f"price-{recipe.name}"
+    power = plan_power(schedule, settings, search=False)
     echo(
         f"loopscale price: {recipe.name} against {settings.base} ({len(schedule.pairs.table)} runs): "
         f"up to {looks.most} seed-matched pairs within {settings.max_hours:g} h on {settings.workers} "
-        f"worker(s), looks after {', '.join(map(str, looks.counts))} pairs at sizes "
-        + ", ".join(f"{s:.4f}" for s in looks.sizes)
-        + f" (alpha {settings.alpha} spent by information fraction)"
+        "worker(s)"
     )
+    for line in plan_lines(looks, power):
+        echo(f"  {line}")
     data = None
     result = PriceResult(
         recipe=recipe.name,
@@ -188,6 +263,7 @@ def price(settings: PriceSettings, echo=print) -> PriceResult:
         plan=looks,
         looks=(),
         effects=None,
+        power=power,
     )
     for k, n in enumerate(looks.counts):
         spec = variant_spec(schedule.pairs, recipe, name, runs=schedule.order[:n])
@@ -213,7 +289,7 @@ def price(settings: PriceSettings, echo=print) -> PriceResult:
         result = dataclasses.replace(result, looks=(*result.looks, look), effects=effects)
         atomic_write_json(settings.out / PRICE_FILE, result.to_dict())
         echo(
-            f"  look {k + 1}: {n} pairs at size {look.size:.4f}: {effects.chosen}"
+            f"  look {k + 1}: {n} pairs at critical value {look.critical:.3f}: {effects.chosen}"
             + (f" -> stop ({look.stop})" if look.stop else "")
         )
         if look.stop:
@@ -224,6 +300,71 @@ def price(settings: PriceSettings, echo=print) -> PriceResult:
     echo(price_verdict(result))  # the number and its interval end the run, as they lead the report
     echo(f"{name}: {write_price_report(result, settings.out, read_test_time(settings.out))}")
     return result
+
+
+# The truths whose power a plan states before it spends (issue 49): {term: sizes}, nats for a constant on
+# looped pairs (offset) or on every pair (every), φ for Δφ (named beyond an offset, as the rule tests it).
+POWER_TRUTHS = {
+    "offset": (-0.06, -0.03, 0.03, 0.06),
+    "delta_phi": (-0.15, -0.08, 0.08, 0.15),
+    "every": (-0.03, 0.03),
+}
+POWER_TARGET = 0.8
+
+
+def plan_power(schedule: PriceSchedule, settings: PriceSettings, search: bool = True) -> PlanPower:
+    """The power of the plan to name each of ``POWER_TRUTHS``: the share of simulated sequences, with the
+    stopping rule and the plan's boundary in the loop, that stop naming the truth's term. With ``search``,
+    also the smallest plan (the base's cells in the same greedy order, cut at an hour cap, with the looks
+    and the boundary of that plan) that names it with ``POWER_TARGET`` power (bisection over its pairs)."""
+    sim, available, looks = schedule.sim, available_terms(schedule.sim), schedule.looks
+    top = len(schedule.order) if search else looks.most
+    read = tuple(range(MIN_PAIRS, top + 1)) if search else looks.counts
+    nulls = null_sequences(sim, read, settings) if search else list(schedule.nulls)
+    rng = np.random.default_rng(settings.seed + 43)
+    rows = [(t, v, t if t in available else "offset") for t, sizes in POWER_TRUTHS.items() for v in sizes]
+    simulated = [(t, v) for t, v, _ in rows if t in available]
+    drawn = simulate_looks(sim, read, available, [{t: v} for t, v in simulated], settings.sequences, rng)
+    stats = dict(zip(simulated, drawn))  # an inseparable every-model change is read as the offset it is
+    cache: dict[int, tuple] = {}
+
+    def powers(most: int) -> tuple:
+        if most not in cache:
+            counts = look_counts(MIN_PAIRS, settings.batch, most)
+            boundary = scaled_boundary([s.at(counts) for s in nulls], most, available, settings.alpha,
+                                       settings.boundary)  # fmt: skip
+            rules = at_critical(available, boundary.critical)
+            runs = {key: run_sequences(s.at(counts), rules) for key, s in stats.items()}
+            named = {(t, v): float(runs[t if t in available else n, v].named[n].mean()) for t, v, n in rows}
+            cache[most] = boundary, named
+        return cache[most]
+
+    def smallest(key) -> int | None:
+        if powers(top)[1][key] < POWER_TARGET:
+            return None
+        lo, hi = MIN_PAIRS - 1, top  # power below the target at lo (no plan), at or above it at hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if powers(mid)[1][key] >= POWER_TARGET else (mid, hi)
+        return hi
+
+    boundary, named = powers(looks.most)
+    out = []
+    for t, v, n in rows:
+        need = smallest((t, v)) if search else None
+        out.append(PowerRow(term=t, size=v, named_as=n, power=named[(t, v)], pairs=need,
+                            hours=None if need is None else schedule.hours[need - 1]))  # fmt: skip
+    return PlanPower(
+        hours=settings.max_hours, pairs=looks.most, sequences=settings.sequences, target=POWER_TARGET,
+        boundary=boundary, rows=tuple(out), most_pairs=top, most_hours=schedule.hours[top - 1],
+    )  # fmt: skip
+
+
+def dry_run(settings: PriceSettings) -> tuple[PricePlan, PlanPower]:
+    """``price --dry-run``: the plan at ``settings.max_hours`` (its looks and boundary) and its power with
+    the hours each truth's target power needs; trains and writes nothing."""
+    schedule = plan_price(settings)
+    return schedule.looks, plan_power(schedule, settings, search=True)
 
 
 def read_price(path: Path) -> PriceResult:

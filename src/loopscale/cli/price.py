@@ -1,7 +1,8 @@
 """``loopscale price [RECIPE] [--set KEY=VALUE …] [--variant FILE] [--plugin MODULE:ATTR] --reuse BASE``: a
-recipe's (``loopscale.recipes``) effect on looped models from seed-matched pairs,
-trained in batches against a published base and re-read after each, with a stopping rule that spends α
-over the looks (``loopscale.analysis.price``; docs/fitting.md "Pricing a recipe")."""
+recipe's (``loopscale.recipes``) effect on looped models from seed-matched pairs, trained in batches against
+a published base and re-read after each, with a stopping rule whose boundary holds α over all the looks;
+``--dry-run`` says what the plan can decide before it spends (``loopscale.analysis.price``; docs/fitting.md
+"Pricing a recipe")."""
 
 from __future__ import annotations
 
@@ -39,11 +40,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-hours", type=float, default=1.0, help="wall hours of training at most (1)")
     p.add_argument("--batch", type=int, default=2, help="pairs trained between looks after the first 4 (2)")
     p.add_argument("--workers", type=int, default=2, help="single-thread training workers (2)")
-    p.add_argument("--alpha", type=float, default=0.04, help="each test's size over all looks (0.04)")
+    p.add_argument(
+        "--alpha", type=float, default=0.04, help="the chance of naming a wrong effect over all looks (0.04)"
+    )
     p.add_argument("--bootstrap", type=int, default=200, help="base-law bootstrap draws per look (200)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-root", type=Path, default=Path("data"), help="where the default corpus is built")
     p.add_argument("--render", action="store_true", help="only re-render --out's report from its price.json")
+    p.add_argument(
+        "--boundary", choices=("obf", "pocock"), default="obf",
+        help="the looks' boundary: O'Brien-Fleming-like (strict early, near the one-look test last) or "
+        "Pocock-like (constant) (obf)",
+    )  # fmt: skip
+    p.add_argument(
+        "--sequences", type=int, default=1000, help="simulated sequences per truth for the boundary and power"
+    )
+    p.add_argument(
+        "--dry-run", action="store_true",
+        help="train nothing: print the plan's looks, boundary and power, and the hours 80%% power needs",
+    )  # fmt: skip
     p.set_defaults(func=cmd_price)
 
     p = sub.add_parser(
@@ -77,6 +92,31 @@ def cmd_price(args: argparse.Namespace) -> int:
     elif args.out is None and (args.name or args.recipe) is None:
         raise UserError("--render needs the price folder: give --out (or the recipe's name)")
     out = args.out or Path("runs") / f"price-{recipe.name if recipe else args.name or args.recipe}"
+    settings = PriceSettings(
+        recipe=recipe,
+        base=args.reuse,
+        out=out,
+        target=args.target,
+        max_hours=args.max_hours,
+        batch=args.batch,
+        workers=args.workers,
+        alpha=args.alpha,
+        bootstrap=args.bootstrap,
+        seed=args.seed,
+        data_root=args.data_root,
+        boundary=args.boundary,
+        sequences=args.sequences,
+    )
+    if args.dry_run:  # reads the base only: writes nothing anywhere
+        from loopscale.analysis.price import dry_run
+        from loopscale.present.price_text import dry_run_lines
+
+        if args.render:
+            raise UserError("--dry-run and --render exclude each other: --render re-renders a finished price")
+        settings.validate()
+        require_input(args.reuse, "--reuse base sweep", folder=True)
+        print("\n".join(dry_run_lines(recipe.name, args.reuse, args.workers, *dry_run(settings))))
+        return 0
     if not args.render:  # a folder loopscale did not create is refused before anything else is read
         from loopscale.io import check_output
 
@@ -90,19 +130,6 @@ def cmd_price(args: argparse.Namespace) -> int:
         require_input(out / "price.json", "price.json in --out (run `loopscale price` first)", folder=False)
         print(write_price_report(read_price(out / "price.json"), out, read_test_time(out)))
         return 0
-    settings = PriceSettings(
-        recipe=recipe,
-        base=args.reuse,
-        out=out,
-        target=args.target,
-        max_hours=args.max_hours,
-        batch=args.batch,
-        workers=args.workers,
-        alpha=args.alpha,
-        bootstrap=args.bootstrap,
-        seed=args.seed,
-        data_root=args.data_root,
-    )
     price(settings)
     return 0
 

@@ -50,6 +50,7 @@ from loopscale.pairs.rule import (
     TEST_LEVEL,
     UNATTRIBUTED,
     Simulator,
+    at_boundary,
     calibrate,
     calibrate_rule,
     cluster_robust,
@@ -287,6 +288,7 @@ def analyse_pairs(
     seed: int = 0,
     seed_noise: dict | None = None,
     size: float = TEST_LEVEL,
+    critical: float | None = None,
 ) -> PairedEffects:
     """Effect models of the variant's loss change (module docstring) → ``PairedEffects``: pairs, per-r
     and per-width means, what the design can separate, every model's fit and intervals, the tests, the
@@ -296,7 +298,8 @@ def analyse_pairs(
     degrees of freedom of sd} (a few pairs, too few clusters for a cluster-robust variance: the demo):
     errors are taken to have that known covariance in the intervals (t on ``df``), the tests and the
     simulations, and the document says so (``errors``). ``size``: each test's size (the intervals are at
-    1 − ``size``): ``TEST_LEVEL``, or a look's share of it in a sequential plan (``pairs.sequential``)."""
+    1 − ``size``): ``TEST_LEVEL``, or a look's in a sequential plan, whose boundary ``critical`` (|t|,
+    ``pairs.sequential``) then replaces the simulated critical values (``rule.at_boundary``)."""
     pairs = match_pairs(base_table, variant_table)
     law = base_law(fit, base_table, pairs, base_resamples, seed)
     change, looped = pairs.change, pairs.looped
@@ -339,6 +342,8 @@ def analyse_pairs(
     rng = np.random.default_rng(seed + 11)
     coefs = {m: {t: fits[m][t] for t in m} for m in submodels(terms)}
     rule = calibrate_rule(sim, available, coefs, simulations, rng, size)
+    if critical is not None:
+        rule = at_boundary(rule, critical)
     cluster_excess = np.abs(np.bincount(pairs.cluster, weights=excess) / np.bincount(pairs.cluster)).max()
     for m, f in fits.items():
         _intervals(f, m, excess, change, law, pairs, known, rule, t_df, token_draws)

@@ -321,11 +321,12 @@ class PricedLook(Record):
     delta_phi_half_width: float | None
     cluster_sd: PooledClusterSd
     stop: Literal["decided", "precise", "last look"] | None
+    critical: float | None = None  # the look's boundary on |t| (None: a plan from before issue 49)
 
 
 @dataclass(frozen=True)
 class SequentialCalibration(Record):
-    """The stopping rule in the loop on simulated sequences (``pairs.sequential.sequential_calibration``):
+    """The stopping rule in the loop on simulated sequences (``pairs.sequential.summarise``):
     the share stopping at each look, naming each model at the stop, naming a term the truth lacks
     (``wrong``), naming a term whose interval holds 0 (``disagreement``), and the true model's intervals
     holding the truth at the stop (``coverage``; None for no effect)."""
@@ -337,15 +338,73 @@ class SequentialCalibration(Record):
     coverage: float | None
 
 
+BoundaryShape = Literal["obf", "pocock"]
+
+
+@dataclass(frozen=True)
+class Boundary(Record):
+    """The looks' critical values (``pairs.sequential.scale_boundary``): c_k = ``scale``·f(t_k) on the
+    rule's |t| (f(t) = t^(-1/2) for "obf", 1 for "pocock"), the scale set so that, in ``sequences``
+    simulated sequences under the worst null truth, the chance that the looks stop naming a term the truth
+    lacks, or with the true model's interval missing the truth, is ``target`` (α less its Monte Carlo
+    margin). ``levels``: each look's interval level, 1 − the share of simulated null |t| beyond c_k
+    ((1 + count)/(1 + sequences), the worst term of the full model, no effect); ``spent``: the chance,
+    worst null truth, of a wrong name by look k."""
+
+    shape: BoundaryShape
+    alpha: float
+    target: float
+    sequences: int
+    scale: float
+    critical: tuple[float, ...]
+    levels: tuple[float, ...]
+    spent: tuple[float, ...]
+
+
 @dataclass(frozen=True)
 class PricePlan(Record):
     """The looks planned: at most ``most`` pairs within the hour cap, a look after each count of pairs in
-    ``counts`` at its test size, and the planned hours each pair reaches."""
+    ``counts`` at its test size (one minus its interval level), and the planned hours each pair reaches.
+    ``boundary``: the looks' critical values; None in plans that spent α by Lan–DeMets (Pocock type) with a
+    union bound, before issue 49."""
 
     most: int
     counts: tuple[int, ...]
     sizes: tuple[float, ...]
     hours: tuple[float, ...]
+    boundary: Boundary | None = None
+
+
+@dataclass(frozen=True)
+class PowerRow(Record):
+    """The power of a plan to name one truth: ``term`` at ``size`` (nats, or φ for Δφ), named when the
+    sequence stops at a look whose chosen model holds ``named_as`` (an every-model change is ``offset``
+    where the plan has no r = 1 pairs). ``pairs``/``hours``: the smallest plan over the base's cells with
+    at least the target power (None: none reaches it)."""
+
+    term: Term
+    size: float
+    named_as: Term
+    power: float
+    pairs: int | None
+    hours: float | None
+
+
+@dataclass(frozen=True)
+class PlanPower(Record):
+    """What a plan can decide before it spends (``analysis.price.plan_power``): for the plan of ``pairs``
+    pairs within ``hours``, its boundary and each truth's power over ``sequences`` simulated sequences with
+    the stopping rule in the loop, and where the search for ``target`` power looked (up to ``most_pairs``
+    pairs, ``most_hours`` hours: every looped cell of the base)."""
+
+    hours: float
+    pairs: int
+    sequences: int
+    target: float
+    boundary: Boundary
+    rows: tuple[PowerRow, ...]
+    most_pairs: int
+    most_hours: float
 
 
 @dataclass(frozen=True)
@@ -359,6 +418,7 @@ class PriceResult(Record):
     plan: PricePlan
     looks: tuple[PricedLook, ...]
     effects: PairedEffects | None
+    power: PlanPower | None = None  # the plan's power, before it spent (None: a plan from before issue 49)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy.stats import chi2
+from scipy.stats import chi2, norm
 from scipy.stats import t as t_dist
 
 from loopscale.pairs.results import Calibration, TruthCalibration
@@ -101,7 +101,8 @@ def known_sandwich(x: np.ndarray, known: np.ndarray) -> np.ndarray:
     """Covariance (X'X)⁻¹X'ΣX(X'X)⁻¹ [..., k, k] of least-squares coefficients on columns ``x`` [..., n, k]
     (one design, or one per simulated table) when the errors' Σ [n, n] is known."""
     bread = np.linalg.pinv(np.einsum("...ni,...nj->...ij", x, x))
-    return bread @ np.einsum("...ni,nm,...mj->...ij", x, known, x) @ bread
+    xt = np.swapaxes(x, -1, -2)
+    return bread @ (xt @ (known @ x)) @ bread  # matmuls, not a three-operand einsum (10× faster)
 
 
 def cluster_robust(x: np.ndarray, resid: np.ndarray, cluster: np.ndarray) -> np.ndarray:
@@ -175,23 +176,35 @@ class Simulator:
     def estimates(self, terms, change: np.ndarray, pick: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Coefficients [S, k] and SEs [S, k] of model ``terms`` on tables ``change`` [S, n] read through
         base-law draws ``pick`` [S]: SE² = the pairs' (CR1 or known) variance + the variance of the
-        coefficients across every base-law draw."""
-        x = self.columns(terms, self.slope_draws[pick])
-        beta, resid = least_squares(change - self.token_draws[pick], x)
-        cov = cluster_robust(x, resid, self.cluster) if self.known is None else known_sandwich(x, self.known)
+        coefficients across every base-law draw. The design is one per draw: (X'X)⁻¹, and with known errors
+        the whole sandwich, are computed per draw and looked up per table (no inverse per table)."""
+        designs = self.columns(terms, self.slope_draws)  # [K, n, k]
+        bread = np.linalg.pinv(np.einsum("kni,knj->kij", designs, designs))  # [K, k, k]
+        x, y = designs[pick], change - self.token_draws[pick]
+        beta = np.einsum("sij,sj->si", bread[pick], np.einsum("sni,sn->si", x, y))
+        if self.known is None:
+            cov = cluster_robust(x, y - np.einsum("sni,si->sn", x, beta), self.cluster)
+        else:
+            cov = known_sandwich(designs, self.known)[pick]
         return beta, np.sqrt(
             np.maximum(np.einsum("sii->si", cov) + self.base_variance(terms, change), 1e-300)
         )
 
     def base_variance(self, terms, change: np.ndarray) -> np.ndarray:
         """[S, k]: variance of model ``terms``' coefficients across the base-law draws, each table's change
-        refitted under every draw."""
+        refitted under every draw. A refit is linear in the change, P_k·change − P_k·token_k, so the
+        variance is a quadratic form in it, c'A c − 2c'g + h, summed over the draws once: n² per table
+        instead of K·n (4× faster at 51 pairs and 200 draws)."""
         if len(self.token_draws) < 2:
             return np.zeros((len(change), len(terms)))
         x = self.columns(terms, self.slope_draws)  # [K, n, k]
         proj = np.einsum("kij,knj->kin", np.linalg.pinv(np.einsum("kni,knj->kij", x, x)), x)  # [K, k, n]
-        coefs = np.einsum("kin,sn->ski", proj, change) - np.einsum("kin,kn->ki", proj, self.token_draws)[None]
-        return coefs.var(axis=1, ddof=1)
+        shift = np.einsum("kin,kn->ki", proj, self.token_draws)  # [K, k]
+        d, e, dof = proj - proj.mean(axis=0), shift - shift.mean(axis=0), len(proj) - 1
+        a = np.einsum("kin,kim->inm", d, d) / dof  # [k, n, n]
+        g = np.einsum("kin,ki->in", d, e) / dof  # [k, n]
+        quad = np.sum((change @ a) * change, axis=-1).T  # [S, k]
+        return np.maximum(quad - 2 * change @ g.T + np.sum(e**2, axis=0) / dof, 0.0)
 
     def any_excess(self, terms, excess: np.ndarray, slope: np.ndarray) -> np.ndarray:
         """F ratio [S] of model ``terms`` against no excess on tables ``excess`` [S, n] with ∂L/∂φ ``slope``
@@ -218,25 +231,22 @@ class Rule:
     def decide(self, f_ratio: np.ndarray, fits: dict[tuple[str, ...], tuple]) -> np.ndarray:
         """Chosen model name per table [S] from the F ratios [S] and every submodel's (coefficients [S, k],
         SEs [S, k]): the rule of the module docstring."""
-        s = len(f_ratio)
         models = submodels(self.available)
-        significant = {
-            m: np.abs(fits[m][0]) / fits[m][1] > np.array([self.term[m][t] for t in m]) for m in models
-        }
-        kept = np.full(s, len(models) - 1)  # index into ``models`` of the model being read; -1: none left
+        # a model is a bit mask over ``available``; step[i] maps each table's significant terms of model i
+        # to the index of the model they make (-1: none), and the reading is stepped to its fixed point
+        index = {sum(1 << self.available.index(t) for t in m): i for i, m in enumerate(models)}
+        lookup = np.array([index.get(code, -1) for code in range(1 << len(self.available))])
+        step = np.stack([
+            lookup[np.sum(
+                (np.abs(fits[m][0]) / fits[m][1] > np.array([self.term[m][t] for t in m]))
+                * np.array([1 << self.available.index(t) for t in m]), axis=1,
+            )]
+            for m in models
+        ])  # fmt: skip
+        kept = np.full(len(f_ratio), len(models) - 1)  # index into ``models`` of the model being read
+        rows = np.arange(len(f_ratio))
         for _ in range(len(self.available)):
-            nxt = kept.copy()
-            for i, m in enumerate(models):
-                rows = kept == i
-                if not rows.any():
-                    continue
-                keep = significant[m][rows]
-                nxt[rows] = [
-                    models.index(tuple(t for t, k in zip(m, row) if k)) if row.any() else -1 for row in keep
-                ]
-            if np.array_equal(nxt, kept):
-                break
-            kept = nxt
+            kept = np.where(kept >= 0, step[np.maximum(kept, 0), rows], -1)
         names = np.array([model_name(m) for m in models] + [UNATTRIBUTED], dtype=object)
         out = names[kept]
         out[f_ratio <= self.any] = TOKENS_ONLY
@@ -253,6 +263,37 @@ def null_truths(model: tuple[str, ...], term: str, fitted: dict[tuple[str, ...],
     if "delta_phi" in rest:
         rows += [{**base, "delta_phi": float(d)} for d in REFERENCE_EFFECTS]
     return rows
+
+
+# The truths a sequence of looks is held to α under (``sequence_nulls``): each term alone at these sizes,
+# nats for a constant, φ for Δφ (the Δφ sizes are the paper's case studies, as the rule's own nulls).
+SEQUENCE_NULL_SIZES = {"every": (-0.06, 0.06), "offset": (-0.06, 0.06), "delta_phi": REFERENCE_EFFECTS}
+
+
+def sequence_nulls(available: tuple[str, ...]) -> list[dict[str, float]]:
+    """The null truths of a sequential plan, fixed before any pair is trained: no effect, and each available
+    term alone at each of its ``SEQUENCE_NULL_SIZES`` (naming any other term is then wrong; a large Δφ read
+    through a base-law draw leaves a misfit an offset can absorb)."""
+    return [{}, *({t: float(v)} for t in available for v in SEQUENCE_NULL_SIZES[t])]
+
+
+def matching_gate(critical: float, terms: int) -> float:
+    """The F-ratio gate that matches a critical value ``critical`` of |t|: the χ²(``terms``)/``terms``
+    quantile at the two-sided normal tail of ``critical`` (for one term, F > c² exactly when |t| > c)."""
+    return float(chi2.isf(2 * norm.sf(critical), terms)) / terms
+
+
+def at_boundary(rule: Rule, critical: float) -> Rule:
+    """``rule`` with every term's critical value ``critical`` (a look's boundary, ``pairs.sequential``)
+    and the F-ratio gate that matches it; its simulated nulls stay for the p-values."""
+    term = {m: dict.fromkeys(m, float(critical)) for m in rule.term}
+    return replace(rule, any=matching_gate(critical, len(rule.available)), term=term)
+
+
+def boundary_rule(available: tuple[str, ...], critical: float) -> Rule:
+    """The rule at a look's boundary ``critical`` on simulated sequences (no nulls, no p-values)."""
+    empty = Rule(available, 2 * float(norm.sf(critical)), 0.0, {m: {} for m in submodels(available)}, {})
+    return at_boundary(empty, critical)
 
 
 def calibrate_rule(

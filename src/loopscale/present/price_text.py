@@ -2,30 +2,144 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from loopscale.pairs.results import PairedEffects, PooledClusterSd, PriceResult
+from loopscale.pairs.results import (
+    Boundary,
+    PairedEffects,
+    PlanPower,
+    PooledClusterSd,
+    PricePlan,
+    PriceResult,
+)
 from loopscale.present.effect_text import detectable_text, effect_sentence
 
+SHAPE_NAMES = {"obf": "O'Brien–Fleming-like", "pocock": "Pocock-like"}
+TRUTH_NAMES = {
+    "offset": "an offset",
+    "delta_phi": "delta phi beyond an offset",
+    "every": "an every-model change",
+}
+UNITS = {"offset": " nats", "delta_phi": "", "every": " nats"}
 
-def price_verdict(result: PriceResult, power: Iterable[tuple[str, float, float]] = ()) -> str:
+
+def price_verdict(result: PriceResult) -> str:
     """The price's first line: what the pairs name at the last look (where nothing is named, what they rule
-    out and, given the plan's ``power`` rows (shape, effect, power; ``effect_text.detectable_text``), the
-    smallest effect of each shape the plan names with 80% power), and how the looks ended."""
+    out and, from the plan's power table where the price has one, the smallest effect of each shape the
+    plan names with 80% power: what it could not reach), how the looks ended and at which boundary."""
     e, last = result.effects, result.looks[-1]
-    detectable = "" if e.chosen_terms else detectable_text(power)
+    detectable = "" if e.chosen_terms or result.power is None else power_text(result.power)
     ended = {
         "decided": "stopped as soon as an effect was named",
         "precise": "stopped at the target precision of delta phi",
         "last look": "the plan's last look: its hour cap or its cells ran out",
     }[last.stop]
+    boundary = result.plan.boundary
+    if boundary is None:  # a plan from before issue 49: α spent look by look, a union bound
+        tests = f"tests at size {last.size:.4f} of alpha {result.settings['alpha']} spent over the looks"
+    else:
+        tests = (
+            f"critical value {last.critical:.2f} at this look ({SHAPE_NAMES[boundary.shape]} boundary "
+            f"holding alpha {boundary.alpha:g} over all looks)"
+        )
     return (
         f"{result.recipe}: {effect_sentence(e)}{'; ' + detectable if detectable else ''}; {last.pairs} "
-        f"pairs, look {last.look} of "
-        f"{len(result.plan.counts)} ({ended}); tests at size {last.size:.4f} of alpha "
-        f"{result.settings['alpha']} spent over the looks, intervals at {100 * e.ci_level:.1f}%; "
-        f"{noise_text(e, last.cluster_sd)}"
+        f"pairs, look {last.look} of {len(result.plan.counts)} ({ended}); {tests}, intervals at "
+        f"{100 * e.ci_level:.1f}%; {noise_text(e, last.cluster_sd)}"
     )
+
+
+def looks_intro(plan: PricePlan) -> str:
+    """The sentence above the report's table of looks."""
+    if plan.boundary is None:
+        return (
+            "Each look analyses the pairs trained so far at its share of alpha (Lan–DeMets, Pocock type), so "
+            "looking after every batch does not inflate false attribution; a look names an effect only where "
+            "its interval at 1 − size excludes 0."
+        )
+    named = "A look names a term only where its interval excludes 0."
+    return f"{boundary_text(plan.boundary, plan.most)} {named}"
+
+
+def boundary_text(b: Boundary, most: int) -> str:
+    """What the boundary is and how it was scaled."""
+    form = f"{b.scale:.3f}·(n/{most})^(-1/2)" if b.shape == "obf" else f"{b.scale:.3f} at every look"
+    return (
+        f"Every term's |t| at look k is held to one critical value, {SHAPE_NAMES[b.shape]}: c = {form}, "
+        f"with intervals estimate ± c·SE. The scale is set on {b.sequences} simulated sequences per null "
+        "truth (the same pairs read again as they accumulate, the stopping rule in the loop) so that, under "
+        "the worst null truth, the chance that the looks name a term the truth lacks, or end on an interval "
+        f"that misses the truth, is at most {b.target:.3f} (alpha {b.alpha:g} less its Monte Carlo margin; "
+        f"a wrong name: {b.spent[-1]:.3f})."
+    )
+
+
+def plan_lines(plan: PricePlan, power: PlanPower | None = None) -> list[str]:
+    """The plan's looks: each look's pairs, critical value and interval level, then its power."""
+    b = plan.boundary
+    lines = [boundary_text(b, plan.most)]
+    lines += [
+        f"look {k + 1}: {n} pairs, critical value {c:.3f}, intervals at {100 * level:.2f}%, a wrong name by "
+        f"this look {spent:.3f}"
+        for k, (n, c, level, spent) in enumerate(zip(plan.counts, b.critical, b.levels, b.spent))
+    ]
+    return lines + ([] if power is None else power_lines(power))
+
+
+def dry_run_lines(recipe: str, base, workers: int, plan: PricePlan, power: PlanPower) -> list[str]:
+    """``price --dry-run``'s output: the plan, its looks and boundary, its power and the hours it needs."""
+    head = (
+        f"loopscale price --dry-run: {recipe} against {base}: up to {plan.most} seed-matched pairs within "
+        f"{power.hours:g} h on {workers} worker(s); nothing is trained"
+    )
+    return [head, *plan_lines(plan, power)]
+
+
+def _size(term: str, size: float) -> str:
+    return f"{size:+.2f}{UNITS[term]}"
+
+
+def power_intro(power: PlanPower) -> str:
+    """The sentence above the plan's power table."""
+    return (
+        f"What {power.pairs} pairs within {power.hours:g} h can decide ({power.sequences} simulated "
+        "sequences per truth, the stopping rule and the boundary in the loop; a truth counts as named when "
+        "the looks stop naming its term):"
+    )
+
+
+def power_table(power: PlanPower) -> tuple[list[str], list[list[str]]]:
+    """The plan's power as a table: (headers, one row per truth: the truth, its power, what reaches the
+    target power; the last column only where the plan's neighbours were searched)."""
+    searched = power.most_pairs > power.pairs or any(row.pairs is not None for row in power.rows)
+    rows = []
+    for row in power.rows:
+        truth = f"{TRUTH_NAMES[row.term]} of {_size(row.term, row.size)}"
+        if row.named_as != row.term:
+            truth += " (named as an offset: the plan trains no r = 1 pairs, so it cannot tell it from one)"
+        if row.pairs is None:
+            need = f"not within all {power.most_pairs} of the base's looped cells ({power.most_hours:.2f} h)"
+        else:
+            need = f"{row.pairs} pairs ({row.hours:.2f} h)"
+        rows.append([truth, f"{row.power:.2f}", *([need] if searched else [])])
+    heads = ["truth", "power", *([f"{100 * power.target:.0f}% power needs"] if searched else [])]
+    return heads, rows
+
+
+def power_lines(power: PlanPower) -> list[str]:
+    """What the plan can decide before it spends, as lines: each truth's power and the plan that reaches
+    the target power."""
+    heads, rows = power_table(power)
+    return [power_intro(power)] + [
+        f"  {row[0]}: power {row[1]}" + (f"; {heads[2]} {row[2]}" if len(row) > 2 else "") for row in rows
+    ]
+
+
+def power_text(power: PlanPower) -> str:
+    """The smallest effect of each shape the plan names with its target power (``detectable_text``), from
+    its power table: where a size falls short, what the price could not reach."""
+    # a change the plan can only name as another term (every model, as an offset, without r = 1 pairs) is
+    # not said to be named
+    rows = [(row.term, row.size, row.power) for row in power.rows if row.named_as == row.term]
+    return detectable_text(rows, "the plan", power.target)
 
 
 def noise_text(e: PairedEffects, pooled: PooledClusterSd) -> str:

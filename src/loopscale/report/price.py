@@ -8,7 +8,7 @@ from pathlib import Path
 from loopscale.io import atomic_write_text
 from loopscale.pairs.results import PriceResult, TestTimeDepth
 from loopscale.present.case_study_figures import EffectsDisplay, ExcessByWidthDisplay
-from loopscale.present.price_text import price_verdict
+from loopscale.present.price_text import looks_intro, power_intro, power_table, price_verdict
 from loopscale.present.test_time import TestTimeDisplay, depth_lines
 from loopscale.report.compare import effect_blocks
 from loopscale.report.document import Document, Image, Section, Table
@@ -23,12 +23,13 @@ def write_price_report(result: PriceResult, out: Path, depth: TestTimeDepth | No
         EffectsDisplay.from_result(effects, result.recipe).plot().save(out / "loss_change_by_r"),
         ExcessByWidthDisplay.from_result(effects, result.recipe).plot().save(out / "excess_by_width"),
     ]
+    bounded = result.plan.boundary is not None  # a plan from before issue 49 keeps its columns
+    spent_heads = ("size", "alpha spent")
     looks = Table(
         [
             "look",
             "pairs",
-            "size",
-            "alpha spent",
+            *(("critical value", "interval level", "wrong name by this look") if bounded else spent_heads),
             "planned hours",
             "chosen",
             "delta phi half-width",
@@ -39,7 +40,7 @@ def write_price_report(result: PriceResult, out: Path, depth: TestTimeDepth | No
             [
                 str(k.look),
                 str(k.pairs),
-                f"{k.size:.4f}",
+                *((f"{k.critical:.3f}", f"{100 * (1 - k.size):.2f}%") if bounded else (f"{k.size:.4f}",)),
                 f"{k.spent:.4f}",
                 f"{k.hours_planned:.2f}",
                 k.chosen,
@@ -52,6 +53,11 @@ def write_price_report(result: PriceResult, out: Path, depth: TestTimeDepth | No
             for k in result.looks
         ],
     )
+    power = result.power  # what the plan could decide, before it spent (plans since issue 49)
+    power_section = []
+    if power is not None:
+        table = Table(*power_table(power))
+        power_section = [Section("What the plan could decide", [power_intro(power), table])]
     report = Document(
         title=f"Price of {result.recipe} against {result.base}",
         lead=[f"**{price_verdict(result)}**"],
@@ -59,13 +65,9 @@ def write_price_report(result: PriceResult, out: Path, depth: TestTimeDepth | No
         sections=[
             Section(
                 "Looks",
-                [
-                    "Each look analyses the pairs trained so far at its share of alpha (Lan–DeMets, Pocock "
-                    "type), so looking after every batch does not inflate false attribution; a look names an "
-                    "effect only where its interval at 1 − size excludes 0.",
-                    looks,
-                ],
+                [looks_intro(result.plan), looks],
             ),
+            *power_section,
             Section("Is it φ? The pairs at the last look", effect_blocks(effects)),
             *([] if depth is None else [_test_time_section(depth, out)]),
         ],
