@@ -1,0 +1,153 @@
+"""The run contract (docs/contract.md): ``loopscale sweep --trainer CMD`` hands each run to another trainer
+through run.json and reads result.json (or a LOOPSCALE_RESULT line) back. Every violation ends as one line
+naming the run and the field, the run is kept out of the table's ok rows, and nothing else is lost; a run
+killed by SIGTERM is preempted and resumed by the next start."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from loopscale.errors import UserError
+from loopscale.sweep.contract import check_result, check_template, is_preempted, trainer_command
+
+from .helpers import env_with
+
+FAKE = Path(__file__).parent / "fake_trainer.py"
+MODEL = {"depth": 4, "prelude": 1, "coda": 1, "head_dim": 16, "vocab_size": 64, "seq_len": 16}
+GOOD = ("good", "stdout", "bpb")
+BROKEN = {  # group → the field its one line names
+    "nofile": "without result.json or a LOOPSCALE_RESULT line",
+    "unit": "val_loss_unit must be",
+    "flops": "-10.0% off the planned",
+    "nmismatch": "n_rec",
+    "nan": "val_loss must be a finite number, got nan",
+    "crash": "exit code 1: CUDA error: an illegal memory access",
+}
+
+
+def _spec(tmp_path: Path, data: Path, groups) -> Path:
+    spec = {
+        "name": "contract",
+        "batch_tokens": 64,
+        "model": MODEL,
+        "train": {
+            "device": "cpu",
+            "progress": False,
+            "data": {"path": str(data), "val_tokens": 256},
+            "optim": {"ref_width": 32, "ref_batch_tokens": 64, "ref_r_looped": 2},
+        },
+        "groups": [{"name": g, "rs": [2], "grid": [{"budget": 1e9, "widths": [16]}]} for g in groups],
+    }
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def _sweep(spec: Path, out: Path, trainer: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "loopscale", "sweep", str(spec), "--out", str(out), "--trainer", trainer]
+    return subprocess.run(
+        [*cmd, "--workers", "2", "--threads", "1"], env=env_with(), capture_output=True, text=True
+    )
+
+
+def _rows(out: Path) -> dict[str, dict]:
+    with open(out / "results.csv") as fh:
+        return {row["group"]: row for row in csv.DictReader(fh)}
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted((out / "runs").rglob("*")) if p.is_file()}
+
+
+def test_every_violation_is_one_line_and_loses_nothing(tmp_path, tiny_dataset):
+    """A sweep of ten runs, one per clause kept or broken: the good ones (a file, a stdout line, bits per
+    byte) enter the table in nats; each broken one is a failed row whose reason names its field, printed as
+    one line; the SIGTERM run is pending, and the same command again resumes it to ok without touching the
+    others."""
+    groups = [*GOOD, *BROKEN, "sigterm"]
+    spec = _spec(tmp_path, tiny_dataset, groups)
+    out = tmp_path / "sweep"
+    trainer = f"{sys.executable} {FAKE} {{run_dir}}"
+    first = _sweep(spec, out, trainer)
+    assert first.returncode == 3, first.stderr
+    assert "Traceback" not in first.stderr
+    rows = _rows(out)
+    plan = {g: json.loads((out / "runs" / rows[g]["run"] / "run.json").read_text()) for g in groups}
+    for group in GOOD:
+        assert rows[group]["status"] == "ok", rows[group]["reason"]
+        expected = plan[group]["unigram_entropy"] - 0.5 - 0.01 - 0.04  # the fake's loss at width 16, r 2
+        assert float(rows[group]["loss"]) == pytest.approx(expected, rel=1e-12)
+    for group, field in BROKEN.items():
+        row = rows[group]
+        assert row["status"] == "failed" and field in row["reason"], (group, row["reason"])
+        lines = [line for line in first.stderr.splitlines() if f"failed {row['run']} (" in line]
+        assert len(lines) == 1 and field in lines[0], (group, first.stderr)
+    assert rows["sigterm"]["status"] == "pending"
+    assert f"did not finish (rerun to resume): {rows['sigterm']['run']}" in first.stderr
+    # the trainer's own files stay as it wrote them: a violating result.json is kept, not rewritten
+    assert "NaN" in (out / "runs" / rows["nan"]["run"] / "result.json").read_text()
+    before = _files(out)
+
+    second = _sweep(spec, out, trainer)
+    assert second.returncode == 3, second.stderr
+    again = _rows(out)
+    assert again["sigterm"]["status"] == "ok" and int(again["sigterm"]["tokens"]) == plan["sigterm"]["tokens"]
+    # a run that wrote a result is done, whatever its checks say; one that ended without a result (crash,
+    # nofile) is retried like any unfinished run, and fails the same way
+    assert {g: (r["status"], r["reason"]) for g, r in again.items() if g != "sigterm"} == {
+        g: (r["status"], r["reason"]) for g, r in rows.items() if g != "sigterm"
+    }
+    after = _files(out)
+    changed = {name.split("/")[1] for name in before if after.get(name) != before[name]}
+    assert changed == {rows[g]["run"] for g in ("sigterm", "crash", "nofile")}, changed
+    assert (out / "curves.parquet").is_file()
+
+
+def test_check_result_converts_bits_per_byte_and_names_the_first_violation():
+    expected = {
+        "trainer": "x", "flops": 1000, "tokens": 100, "flops_per_token": 10, "n_once": 5, "n_rec": 7,
+        "width": 16, "r": 2, "unigram_entropy": 4.0,
+    }  # fmt: skip
+    good = {"status": "ok", "val_loss": 3.0, "val_loss_unit": "nats_per_token", "tokens": 100,
+            "flops_per_token": 10, "n_once": 5, "n_rec": 7}  # fmt: skip
+    assert check_result(good, expected) == (good, None)
+    bpb = {**good, "val_loss": 1.0, "val_loss_unit": "bits_per_byte", "bytes_per_token": 4.0}
+    converted, problem = check_result(bpb, expected)
+    assert problem is None and converted["val_loss"] == pytest.approx(4 * math.log(2))
+    assert problem is None and converted["val_loss_reported"] == {"value": 1.0, "unit": "bits_per_byte"}
+    cases = {
+        "val_loss_unit 'bits_per_byte' needs bytes_per_token": {**bpb, "bytes_per_token": None},
+        "not below the unigram entropy": {**good, "val_loss": 4.2},
+        "tokens must be a whole number": {**good, "tokens": "100"},
+        "n_once 6 is not the plan's 5": {**good, "n_once": 6},
+        "status must be 'ok' or 'failed'": {**good, "status": "done"},
+    }
+    for message, result in cases.items():
+        assert message in check_result(result, expected)[1], message
+    # 2% is the edge: 2.0% passes, 3.0% does not
+    assert check_result({**good, "tokens": 102}, expected)[1] is None
+    assert "+3.0% off" in check_result({**good, "tokens": 103}, expected)[1]
+    # loopscale's own results before the contract carry no unit: nats per token
+    own = {k: v for k, v in good.items() if k != "val_loss_unit"}
+    assert check_result(own, {**expected, "trainer": None})[1] is None
+
+
+def test_trainer_template_is_checked_and_filled_word_by_word(tmp_path):
+    folder = tmp_path / "a b"
+    assert trainer_command("train.py --out {run_dir} --id={run_id}", folder, "r1") == [
+        "train.py", "--out", str(folder), "--id=r1",
+    ]  # fmt: skip
+    refused = (("", "empty"), ("x {rundir}", r"unknown placeholder \{rundir\}"), ("x 'y", "quotation"))
+    for bad, message in refused:
+        with pytest.raises(UserError, match=message):
+            check_template(bad)
+    assert is_preempted(143) and is_preempted(-15) and is_preempted(130) and not is_preempted(137)
+    assert not is_preempted(1)
