@@ -151,3 +151,18 @@ def test_trainer_template_is_checked_and_filled_word_by_word(tmp_path):
             check_template(bad)
     assert is_preempted(143) and is_preempted(-15) and is_preempted(130) and not is_preempted(137)
     assert not is_preempted(1)
+
+
+def test_loopscale_train_as_a_trainer_command_passes_the_checks(tmp_path, tiny_dataset):
+    """loopscale's own trainer honours the contract: run through --trainer, its result.json passes the same
+    checks (unit, loss below the unigram entropy, FLOPs, N) and its row equals the plan."""
+    spec = _spec(tmp_path, tiny_dataset, ["own"])
+    out = tmp_path / "sweep"
+    trainer = f"{sys.executable} -m loopscale train --config {{config}} --out {{run_dir}} --threads 1"
+    proc = _sweep(spec, out, trainer)
+    assert proc.returncode == 0, proc.stderr
+    row = _rows(out)["own"]
+    plan = json.loads((out / "runs" / row["run"] / "run.json").read_text())
+    assert row["status"] == "ok" and float(row["loss"]) < plan["unigram_entropy"]
+    assert (int(row["tokens"]), int(row["n_rec"])) == (plan["tokens"], plan["n_rec"])
+    assert plan["learning_rates"]["matrix"] > 0 and plan["pairs_with"] is None

@@ -29,6 +29,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-root", type=Path, default=Path("data"), help="where the default corpus is built")
     p.add_argument("--render", action="store_true", help="only re-render --out's report from its price.json")
+    p.add_argument(
+        "--trainer",
+        metavar="CMD",
+        help="train the variant runs with this command through the run contract (docs/contract.md)",
+    )
     p.set_defaults(func=cmd_price)
 
     p = sub.add_parser(
@@ -78,6 +83,7 @@ def cmd_price(args: argparse.Namespace) -> int:
         bootstrap=args.bootstrap,
         seed=args.seed,
         data_root=args.data_root,
+        trainer=args.trainer,
     )
     price(settings)
     return 0
