@@ -166,3 +166,20 @@ def test_loopscale_train_as_a_trainer_command_passes_the_checks(tmp_path, tiny_d
     assert row["status"] == "ok" and float(row["loss"]) < plan["unigram_entropy"]
     assert (int(row["tokens"]), int(row["n_rec"])) == (plan["tokens"], plan["n_rec"])
     assert plan["learning_rates"]["matrix"] > 0 and plan["pairs_with"] is None
+
+
+def test_the_slurm_executor_runs_the_trainer_through_the_same_contract(tmp_path, tiny_dataset):
+    """The SLURM path's run function (submitit's local executor here) reads the trainer from sweep.yaml: a
+    good run is ok, a run off its FLOPs budget is failed with its one line."""
+    from loopscale.sweep import load_spec
+    from loopscale.sweep.executors import SlurmOptions, run_slurm
+    from loopscale.sweep.rundir import init_sweep, run_state
+    from loopscale.sweep.runner import with_trainer
+
+    spec = load_spec(_spec(tmp_path, tiny_dataset, ["good", "flops"]))
+    spec = with_trainer(spec, f"{sys.executable} {FAKE} {{run_dir}}")
+    out = tmp_path / "sweep"
+    runs = init_sweep(spec, out)
+    statuses = run_slurm(out, runs, SlurmOptions(cluster="local", cpus_per_task=1), poll_s=0.2)
+    assert statuses == {"good_C1e9_d16_r2": "ok", "flops_C1e9_d16_r2": "failed"}
+    assert "-10.0% off the planned" in run_state(out, "flops_C1e9_d16_r2").reason
