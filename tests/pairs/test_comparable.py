@@ -182,7 +182,7 @@ def test_compare_takes_sweep_folders_and_ends_with_prices_verdict_line(tmp_path)
         assert code == 0 and out == by_table, err
     last = by_table.strip().splitlines()[-1]
     assert last.startswith("laptop-truncated-bptt: ")
-    assert "; 51 pairs, one look (compare: all pairs at once); tests at size 0.0400, intervals at 96.0%" in last
+    assert "; 51 pairs, one look (compare: all pairs at once); tests at size 0.0400, intervals at 96" in last
     assert last.endswith("errors: cluster-robust over the pairs' 12 (r, width) clusters, t on 11 df")
     code, _, err = _cli(["compare", str(tmp_path), str(variant), *CHEAP])
     assert code == 2 and "neither results.csv nor sweep.yaml" in err and len(err.strip().splitlines()) == 1
