@@ -2,10 +2,10 @@
 
 ``execute_run`` is the one run function used by every executor (local threads and SLURM array tasks): it
 takes the run's lock, skips a finished run, starts ``loopscale train --resume`` (through torchrun when the
-sweep has ``nproc > 1``) and, when the process ends without result.json, records why in exit.json (killed,
-out of memory, crashed). Because the training run checkpoints atomically and resumes, an executor killed
-at any moment (kill -9 included) loses at most the work since the last checkpoint: rerunning the same
-command finishes the sweep.
+sweep has ``nproc > 1``), or the sweep's ``trainer`` command through the run contract (``sweep.contract``),
+and, when the process ends without result.json, records why in exit.json (killed, out of memory, crashed).
+Because the training run checkpoints atomically and resumes, an executor killed at any moment (kill -9
+included) loses at most the work since the last checkpoint: rerunning the same command finishes the sweep.
 """
 
 from __future__ import annotations
