@@ -183,3 +183,24 @@ def test_the_slurm_executor_runs_the_trainer_through_the_same_contract(tmp_path,
     statuses = run_slurm(out, runs, SlurmOptions(cluster="local", cpus_per_task=1), poll_s=0.2)
     assert statuses == {"good_C1e9_d16_r2": "ok", "flops_C1e9_d16_r2": "failed"}
     assert "-10.0% off the planned" in run_state(out, "flops_C1e9_d16_r2").reason
+
+
+def test_the_hugging_face_trainer_example_prices_through_the_contract(tmp_path, tiny_dataset):
+    """examples/trainers/hf_trainer.py (transformers.Trainer on the exported model code) as --trainer: a
+    looped run passes the checks (N counted from the model's modules as loopscale's accounting counts it),
+    learns (loss well below the unigram entropy) and logs its curve."""
+    pytest.importorskip("transformers")
+    example = Path(__file__).resolve().parents[2] / "examples" / "trainers" / "hf_trainer.py"
+    spec = _spec(tmp_path, tiny_dataset, ["hf"])
+    out = tmp_path / "sweep"
+    proc = _sweep(spec, out, f"{sys.executable} {example} {{run_dir}}")
+    assert proc.returncode == 0, proc.stderr + "".join(
+        p.read_text()[-2000:] for p in (out / "runs").glob("*/train.log")
+    )
+    with open(out / "results.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [row["status"] for row in rows] == ["ok"]
+    for row in rows:
+        plan = json.loads((out / "runs" / row["run"] / "run.json").read_text())
+        assert float(row["loss"]) < plan["unigram_entropy"] - 0.5
+        assert (out / "runs" / row["run"] / "metrics.jsonl").read_text().count("\n") >= 10
