@@ -6,7 +6,8 @@ breaks one clause of it, chosen by the run's group name (tests/sweep/test_contra
 Groups: ``good`` (result.json), ``stdout`` (a LOOPSCALE_RESULT line), ``bpb`` (bits per byte with bytes per
 token), ``nofile`` (exit 0, no result), ``unit`` (no unit), ``flops`` (10% fewer tokens), ``nmismatch``
 (n_rec of another width), ``nan`` (a NaN loss), ``crash`` (exit 1 with a message on stderr), ``sigterm``
-(killed by SIGTERM on its first start, finished on the next).
+(killed by SIGTERM on its first start, finished on the next); any other group (a ``price`` run) reports its
+base run's loss + 0.05 nats.
 """
 
 import json
@@ -23,8 +24,11 @@ assert os.environ["LOOPSCALE_RUN_ID"] == plan["run"]
 assert Path(os.environ["LOOPSCALE_CONFIG"]).is_file()
 mode = plan["group"]
 
-# a loss below the unigram entropy that falls with width and r, as a trained model's would (nats per token)
+# a loss below the unigram entropy that falls with width and r, as a trained model's would (nats per token);
+# a run of ``price`` (pairs_with set): its base run's loss plus 0.05 nats, a recipe that costs every run alike
 loss = plan["unigram_entropy"] - 0.5 - 0.01 * plan["width"] / 16 - 0.02 * plan["r"]
+if plan["pairs_with"] is not None:
+    loss = json.loads((folder / plan["pairs_with"] / "result.json").read_text())["val_loss"] + 0.05
 with open(folder / "metrics.jsonl", "a") as metrics:
     for step in (1, plan["steps"]):
         metrics.write(json.dumps({"step": step, "loss": loss + 1 / step}) + "\n")

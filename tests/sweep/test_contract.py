@@ -204,3 +204,38 @@ def test_the_hugging_face_trainer_example_prices_through_the_contract(tmp_path, 
         plan = json.loads((out / "runs" / row["run"] / "run.json").read_text())
         assert float(row["loss"]) < plan["unigram_entropy"] - 0.5
         assert (out / "runs" / row["run"] / "metrics.jsonl").read_text().count("\n") >= 10
+
+
+def test_price_prices_a_recipe_through_a_trainer_end_to_end(tmp_path, monkeypatch):
+    """``price --trainer``: the variant runs of the published laptop base go to a trainer that reports each
+    base run's loss + 0.05 nats (read through run.json's pairs_with); every result passes the checks, and the
+    looks price the recipe at +0.05 nats at every r."""
+    import numpy as np
+
+    import loopscale.data
+    from loopscale.analysis.price import PriceSettings, price
+    from loopscale.data.dataset import SplitWriter, finish_build, row_dtype, start_build
+
+    base = Path(__file__).resolve().parents[2] / "results" / "laptop-factorial"
+    folder = start_build(tmp_path / "bpe1024-T128")  # uniform tokens of the base's vocabulary and length
+    rng, dtype, splits = np.random.default_rng(0), row_dtype(1024), {}
+    for split, rows in (("train", 64), ("val", 1024)):
+        writer = SplitWriter(folder, split, 129, dtype, seed=0)
+        writer.extend(rng.integers(1, 1024, (rows, 129)))
+        splits[split] = writer.close()
+    data = finish_build(folder, {"vocab_size": 1024, "bos_id": 0, "seq_len": 128, "row_len": 129,
+                                 "dtype": dtype.name, "splits": splits})  # fmt: skip
+    monkeypatch.setattr(loopscale.data, "prepare_default", lambda *a, **k: data)
+    settings = PriceSettings(
+        recipe="hyperconnections", base=base, out=tmp_path / "price", max_hours=0.25, bootstrap=20,
+        restarts=40, workers=2, data_root=tmp_path / "data", trainer=f"{sys.executable} {FAKE} {{run_dir}}",
+    )  # fmt: skip
+    lines = []
+    result = price(settings, echo=lines.append)
+    runs = sorted((tmp_path / "price" / "runs").iterdir())
+    assert len(runs) == result.looks[-1].pairs >= 4
+    for run in runs:
+        plan = json.loads((run / "run.json").read_text())
+        assert (run / plan["pairs_with"] / "result.json").is_file()
+    assert all(abs(v.change - 0.05) < 1e-9 for v in result.effects.per_r.values())
+    assert lines[-2].startswith("hyperconnections: ")
