@@ -6,6 +6,7 @@ killed by SIGTERM is preempted and resumed by the next start."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import subprocess
@@ -126,6 +127,9 @@ def test_check_result_converts_bits_per_byte_and_names_the_first_violation():
     cases = {
         "val_loss_unit 'bits_per_byte' needs bytes_per_token": {**bpb, "bytes_per_token": None},
         "not below the unigram entropy": {**good, "val_loss": 4.2},
+        "val_loss_unit must be 'nats_per_token' or 'bits_per_byte', got 'perplexity'": {
+            **good, "val_loss_unit": "perplexity"
+        },
         "tokens must be a whole number": {**good, "tokens": "100"},
         "n_once 6 is not the plan's 5": {**good, "n_once": 6},
         "status must be 'ok' or 'failed'": {**good, "status": "done"},
@@ -239,3 +243,22 @@ def test_price_prices_a_recipe_through_a_trainer_end_to_end(tmp_path, monkeypatc
         assert (run / plan["pairs_with"] / "result.json").is_file()
     assert all(abs(v.change - 0.05) < 1e-9 for v in result.effects.per_r.values())
     assert lines[-2].startswith("hyperconnections: ")
+
+
+def test_runs_reused_from_a_base_are_not_the_trainers(tmp_path, tiny_dataset, monkeypatch):
+    """A trainer sweep that reuses a base's finished runs (a case study's anchors): the copied runs keep
+    loopscale's results unchecked by the contract (no run.json), the runs to train get one."""
+    from loopscale.sweep import load_spec
+    from loopscale.sweep.rundir import init_sweep, run_dir, run_state
+    from loopscale.sweep.runner import with_trainer
+
+    monkeypatch.chdir(tmp_path)
+    init_sweep(load_spec(_spec(tmp_path, tiny_dataset, ["main"])), "base")
+    done = run_dir("base", "main_C1e9_d16_r2")
+    (done / "result.json").write_text(json.dumps({"status": "ok", "val_loss": 3.25}))  # a run of before
+    spec = load_spec(_spec(tmp_path, tiny_dataset, ["main", "other"]))
+    spec = with_trainer(dataclasses.replace(spec, reuse=["base"]), "train.py {run_dir}")
+    init_sweep(spec, "variant")
+    assert run_state("variant", "main_C1e9_d16_r2").status == "ok"
+    assert not (run_dir("variant", "main_C1e9_d16_r2") / "run.json").exists()
+    assert (run_dir("variant", "other_C1e9_d16_r2") / "run.json").is_file()

@@ -199,13 +199,14 @@ def init_sweep(spec: SweepSpec, root: Path, pairs: dict[str, str] | None = None)
         text = dump_yaml(run_train_config(spec, run))
         if not config_path.exists() or config_path.read_text() != text:
             atomic_write_text(config_path, text)
-    if spec.trainer is not None:
-        _write_run_documents(spec, root, unfinished, rates, pairs or {})
     reused = reuse_runs(spec, root, runs)
     if reused:
         print(
             f"loopscale sweep: {reused} finished run(s) reused from {', '.join(spec.reuse)}", file=sys.stderr
         )
+    if spec.trainer is not None:  # the runs the trainer will train: not the ones taken from a reuse folder
+        todo = [run for run in unfinished if not (run_dir(root, run.name) / REUSE_FILE).exists()]
+        _write_run_documents(spec, root, todo, rates, pairs or {})
     return runs
 
 
