@@ -243,6 +243,7 @@ def test_price_prices_a_recipe_through_a_trainer_end_to_end(tmp_path, monkeypatc
         assert (run / plan["pairs_with"] / "result.json").is_file()
     assert all(abs(v.change - 0.05) < 1e-9 for v in result.effects.per_r.values())
     assert lines[-2].startswith("hyperconnections: ")
+    assert result.settings["trainer"] == settings.trainer  # price.json says who trained the variant
 
 
 def test_runs_reused_from_a_base_are_not_the_trainers(tmp_path, tiny_dataset, monkeypatch):

@@ -258,8 +258,10 @@ def read_test_time(arm: Path) -> TestTimeDepth | None:
 
 
 def _settings_json(settings: PriceSettings) -> dict:
-    """The settings as JSON, paths relative to the output folder."""
+    """The settings as JSON, paths relative to the output folder; ``trainer`` only where one was given (a
+    price of loopscale's own trainer writes the price.json it wrote before the run contract)."""
     return {
         k: (os.path.relpath(v, settings.out) if isinstance(v, Path) else v)
         for k, v in dataclasses.asdict(settings).items()
+        if not (k == "trainer" and v is None)
     }
