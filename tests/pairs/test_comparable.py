@@ -196,3 +196,27 @@ def test_the_base_r1_run_with_another_loss_clashes_with_or_without_a_seed_column
         f"the variant's r = 1 run main_C5e12_d48_r1 (C = 5e+12, d = 48, {seen}) clashes with the base's "
         "main_C5e12_d48_r1: loss" in err
     )
+
+
+def test_compare_takes_sweep_folders_and_ends_with_prices_verdict_line(tmp_path):
+    """Issue 50 (5): an arm is a table or a sweep folder (its results.csv, or, where it has none yet, its run
+    folders read as collect reads them); the same arms either way give the same output, ending with the
+    verdict line ``price`` prints (``present.price_text.verdict_line``)."""
+    import shutil
+
+    variant = RESULTS / "laptop-truncated-bptt"
+    code, by_table, err = _cli(["compare", str(BASE / "results.csv"), str(variant / "results.csv"), *CHEAP])
+    assert code == 0, err
+    fresh = tmp_path / "laptop-truncated-bptt"  # a sweep folder not collected yet: sweep.yaml and runs/
+    fresh.mkdir()
+    shutil.copy(variant / "sweep.yaml", fresh / "sweep.yaml")
+    shutil.copytree(variant / "runs", fresh / "runs")
+    for arms in ([str(BASE), str(variant)], [str(BASE), str(fresh)]):
+        code, out, err = _cli(["compare", *arms, *CHEAP])
+        assert code == 0 and out == by_table, err
+    last = by_table.strip().splitlines()[-1]
+    assert last.startswith("laptop-truncated-bptt: ")
+    assert "; 51 pairs, one look (compare: all pairs at once); tests at size 0.0400, intervals at 96" in last
+    assert last.endswith("errors: cluster-robust over the pairs' 12 (r, width) clusters, t on 11 df")
+    code, _, err = _cli(["compare", str(tmp_path), str(variant), *CHEAP])
+    assert code == 2 and "neither results.csv nor sweep.yaml" in err and len(err.strip().splitlines()) == 1

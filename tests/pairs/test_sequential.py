@@ -104,7 +104,7 @@ def _fake_training(monkeypatch, offset: float, calls: list) -> None:
     base = _base_rows()
     specs: dict = {}
 
-    def run_sweep(spec, out, workers=None):
+    def run_sweep(spec, out, workers=None, pairs=None):
         Path(out).mkdir(parents=True, exist_ok=True)
         claim_folder(Path(out), "sweep")  # as the real one does once it has written sweep.yaml
         if spec is not None:
@@ -231,3 +231,19 @@ def test_a_pocock_plan_holds_every_look_to_one_value_between_the_obf_extremes(tm
     assert obf.critical[-1] < pocock.critical[0] < obf.critical[0]
     with pytest.raises(UserError):
         plan_price(_settings(tmp_path, boundary="bonferroni"))
+
+
+def test_each_variant_run_names_the_base_run_it_pairs_with(tmp_path):
+    """run.json's ``pairs_with`` under a trainer: every variant run maps to the base run of its cell and seed,
+    one base run per variant run."""
+    from loopscale.analysis.price import _pairs_with
+
+    settings = _settings(tmp_path, trainer="train.py {run_dir}")
+    pairs = _pairs_with(settings, plan_price(settings))
+    base = {row["run"]: row for row in _base_rows()}
+    assert len(set(pairs.values())) == len(pairs) >= 4
+    for variant, path in pairs.items():
+        row = base[Path(path).name]
+        assert Path(path).parent == BASE / "runs"
+        group, cell = variant.split("_", 1)  # the group prefix apart, a run's name is its cell (and seed)
+        assert row["run"].split("_", 1)[1].startswith(cell) and group.endswith(f"-s{row['seed']}")

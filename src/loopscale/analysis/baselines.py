@@ -13,16 +13,12 @@ from loopscale.published import path_from, relative_text
 def dataset_baseline_losses(spec, folder: Path) -> Baselines:
     """Unigram/bigram cross-entropy of the sweep's validation tokens, or why they are not available; the
     dataset path relative to the report ``folder`` (a published report names no machine path)."""
-    from loopscale.data.baselines import dataset_baselines
-    from loopscale.data.dataset import PackedDataset
+    from loopscale.data.baselines import train_baselines
     from loopscale.train.config import DEFAULT_DATASET
 
-    data = (spec.train or {}).get("data") or {}
-    path = data.get("path") or DEFAULT_DATASET
+    path = ((spec.train or {}).get("data") or {}).get("path") or DEFAULT_DATASET
     try:
-        ds = PackedDataset(path)
-        val_tokens = data.get("val_tokens") or ds.num_rows("val") * ds.seq_len
-        values = dataset_baselines(path, int(val_tokens))
+        values = train_baselines(spec.train)
     except UserError as exc:
         return Baselines(values=None, note=f"not available: {relative_text(str(exc), folder)}")
     return Baselines(

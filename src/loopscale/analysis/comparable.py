@@ -33,6 +33,27 @@ MODEL_DEFAULTS = {f.name: f.default for f in fields(ModelConfig)}
 DATA_DEFAULTS = {f.name: f.default for f in fields(DataConfig)}
 
 
+def arm_table(source: str | Path) -> tuple[RunTable, Path]:
+    """One arm of ``compare``: a results table file, or a sweep folder (``sweep``, ``price``) whose
+    results.csv is read, or, where it has none yet, its run folders as ``collect`` reads them (nothing
+    written) → (the table, the folder its setup is read from)."""
+    from loopscale.fit.table import load_table
+
+    path = Path(source)
+    if not path.is_dir():
+        return load_table(path), path.resolve().parent
+    if (path / "results.csv").is_file():
+        return load_table(path / "results.csv"), path.resolve()
+    if not (path / SWEEP_FILE).is_file():
+        raise UserError(
+            f"{path} is a folder with neither results.csv nor {SWEEP_FILE}: give a results table or a sweep "
+            "folder"
+        )
+    from loopscale.sweep.collect import collect_rows
+
+    return load_table(collect_rows(path)), path.resolve()
+
+
 def _values(model: dict, data: dict) -> dict[str, object]:
     """One run's (or group's) values of the ``MUST_MATCH`` keys, defaults filled in."""
     out: dict[str, object] = {}

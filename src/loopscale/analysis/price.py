@@ -96,6 +96,7 @@ class PriceSettings:
     data_root: Path = Path("data")
     boundary: str = "obf"  # the looks' boundary family (pairs.sequential.SHAPES)
     sequences: int = 1000  # simulated sequences per truth for the boundary and the plan's power
+    trainer: str | None = None  # another trainer's command (the run contract, docs/contract.md)
 
     def validate(self) -> None:
         for name in ("max_hours", "alpha", "prior_df"):
@@ -114,6 +115,10 @@ class PriceSettings:
             raise UserError(f"--boundary must be one of {', '.join(SHAPES)}, got {self.boundary!r}")
         if self.sequences < 100:
             raise UserError(f"--sequences must be at least 100, got {self.sequences}")
+        if self.trainer is not None:
+            from loopscale.sweep.contract import check_template
+
+            check_template(self.trainer)
 
 
 def plan_price(settings: PriceSettings) -> PriceSchedule:
@@ -230,7 +235,7 @@ def price(settings: PriceSettings, echo=print) -> PriceResult:
     from loopscale.sweep.collect import collect
     from loopscale.sweep.plan import plan_sweep
     from loopscale.sweep.rundir import SPEC_FILE, open_sweep, run_state
-    from loopscale.sweep.runner import run_sweep, with_data
+    from loopscale.sweep.runner import run_sweep, with_data, with_trainer
 
     settings.validate()
     check_output(settings.out, "--out", folder=True, kind="sweep")
@@ -267,6 +272,7 @@ def price(settings: PriceSettings, echo=print) -> PriceResult:
     )
     for k, n in enumerate(looks.counts):
         spec = variant_spec(schedule.pairs, recipe, name, runs=schedule.order[:n])
+        spec = with_trainer(spec, settings.trainer)
         if data is None:
             data = prepare_default(
                 settings.data_root, vocab_size=spec.model["vocab_size"], seq_len=spec.model["seq_len"]
@@ -276,14 +282,17 @@ def price(settings: PriceSettings, echo=print) -> PriceResult:
             # a rerun whose folder already holds a later look's pairs resumes that sweep as it stands
             recorded = open_sweep(settings.out)[0] if (settings.out / SPEC_FILE).exists() else None
             resume = recorded is not None and recorded.extends(spec)
-            run_sweep(None if resume else with_data(spec, str(data)), settings.out, workers=settings.workers)
+            spec = None if resume else with_data(spec, str(data))
+            run_sweep(spec, settings.out, workers=settings.workers, pairs=_pairs_with(settings, schedule))
         # each look reads its own pairs only, so a replayed look sees what it saw the first time
-        rows = [row for row in collect(settings.out)[0] if row["run"] in names and row.get("status") == "ok"]
+        ours = [row for row in collect(settings.out)[0] if row["run"] in names]
+        rows = [row for row in ours if row.get("status") == "ok"]
         if len(rows) < n:
             failed = sorted(names - {row["run"] for row in rows})
+            why = next((f" ({row['run']}: {row['reason']})" for row in ours if row["status"] == "failed"), "")
             raise UserError(
-                f"{n - len(rows)} variant run(s) did not finish ({', '.join(failed)}): rerun "
-                "`loopscale price` with the same arguments to resume"
+                f"{n - len(rows)} variant run(s) did not finish ({', '.join(failed)}){why}: rerun "
+                "`loopscale price` with the same arguments to resume what is unfinished"
             )
         look, effects = _look(settings, schedule, load_table(rows), k)
         result = dataclasses.replace(result, looks=(*result.looks, look), effects=effects)
@@ -367,6 +376,18 @@ def dry_run(settings: PriceSettings) -> tuple[PricePlan, PlanPower]:
     return schedule.looks, plan_power(schedule, settings, search=True)
 
 
+def _pairs_with(settings: PriceSettings, schedule: PriceSchedule) -> dict[str, str]:
+    """Variant run name → the base run folder it pairs with (run.json's ``pairs_with`` under a trainer): the
+    variant sweep has one group per pair, in the schedule's order (its runs are planned in another)."""
+    from loopscale.sweep.plan import plan_sweep
+
+    table = schedule.pairs.table
+    spec = variant_spec(schedule.pairs, settings.recipe, "pairs", runs=schedule.order)
+    row = {group.name: i for group, i in zip(spec.groups, schedule.order, strict=True)}
+    runs = Path(settings.base) / "runs"
+    return {run.name: str(runs / str(table.run[row[run.group]])) for run in plan_sweep(spec)}
+
+
 def read_price(path: Path) -> PriceResult:
     """price.json as a ``PriceResult``; a file that is not one is a one-line UserError naming it."""
     from loopscale.sweep.rundir import read_record
@@ -400,9 +421,13 @@ def _check_recipe(settings: PriceSettings) -> None:
 
 
 def _settings_json(settings: PriceSettings) -> dict:
-    """The settings as JSON, paths relative to the output folder, the recipe as its name and overrides."""
+    """The settings as JSON, paths relative to the output folder, the recipe as its name and overrides;
+    ``trainer`` only where one was given (a price of loopscale's own trainer writes the price.json it wrote
+    before the run contract)."""
     fields = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}
     recipe = fields.pop("recipe")
+    if fields["trainer"] is None:
+        del fields["trainer"]
     return {
         "recipe": recipe.name,
         "overrides": list(recipe.overrides),

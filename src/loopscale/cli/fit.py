@@ -106,8 +106,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="delta-phi of a recipe change: base and variant tables sharing the r = 1 runs (shared-nuisance "
         "fit, random-effects bootstrap, F-test; the paper's separate fits beside it)",
     )
-    p.add_argument("base", help="baseline results table (every r, r = 1 included)")
-    p.add_argument("variant", help="variant results table (its looped runs; r = 1 anchors may be listed)")
+    p.add_argument(
+        "base", help="baseline results table or sweep folder (every r, r = 1 included)"
+    )
+    p.add_argument(
+        "variant",
+        help="variant results table or sweep folder, e.g. a `price` folder (its looped runs; r = 1 anchors "
+        "may be listed)",
+    )
     p.add_argument(
         "--form",
         default="auto",
@@ -370,7 +376,6 @@ def _identification_verdict(doc: dict) -> str:
 
 def run_compare(args: argparse.Namespace) -> int:
     from loopscale.errors import UserError
-    from loopscale.fit.table import load_table
     from loopscale.io import atomic_write_json
 
     _check_fit_counts(args, min_bootstrap=2)
@@ -379,17 +384,16 @@ def run_compare(args: argparse.Namespace) -> int:
         raise UserError("--fix phi: compare measures phi in each arm (delta phi is their difference)")
     _check_law_flags(args)
     _check_output_paths(args.json_out, None)
-    base, variant = load_table(args.base), load_table(args.variant)
-    from loopscale.analysis.comparable import check_setups
+    from loopscale.analysis.comparable import arm_table, check_setups
 
-    folders = (Path(p).resolve().parent for p in (args.base, args.variant))
-    notes = check_setups(*folders, base, variant)  # incomparable arms: one line, before any fitting
+    (base, base_folder), (variant, variant_folder) = arm_table(args.base), arm_table(args.variant)
+    notes = check_setups(base_folder, variant_folder, base, variant)  # incomparable: one line, no fitting
     from loopscale.pairs.case_study import compare_arms  # SciPy, after the checks
     from loopscale.present.compare_text import format_compare
     from loopscale.progress import progress_bar
 
     restarts = 10 if args.bootstrap_restarts is None else args.bootstrap_restarts
-    name = args.name or Path(args.variant).resolve().parent.name
+    name = args.name or variant_folder.name
     with progress_bar(2 * args.bootstrap, "compare: bootstraps", "refit") as advance:
         doc = compare_arms(
             base,
@@ -408,6 +412,10 @@ def run_compare(args: argparse.Namespace) -> int:
     if notes:  # an arm's setup could not be read: nothing was checked
         doc = dataclasses.replace(doc, notes=(*doc.notes, "setup_unchecked"))
     print(format_compare(doc))
+    if doc.effects is not None:  # the verdict line price ends with, for the same pairs read once
+        from loopscale.present.price_text import compare_verdict
+
+        print(compare_verdict(name, doc.effects))
     if args.json_out:
         atomic_write_json(args.json_out, doc.to_dict())
         print(f"wrote {args.json_out}")

@@ -59,6 +59,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--dry-run", action="store_true",
         help="train nothing: print the plan's looks, boundary and power, and the hours 80%% power needs",
     )  # fmt: skip
+    p.add_argument(
+        "--trainer",
+        metavar="CMD",
+        help="train the variant runs with this command through the run contract (docs/contract.md)",
+    )
     p.set_defaults(func=cmd_price)
 
     p = sub.add_parser(
@@ -106,6 +111,7 @@ def cmd_price(args: argparse.Namespace) -> int:
         data_root=args.data_root,
         boundary=args.boundary,
         sequences=args.sequences,
+        trainer=args.trainer,
     )
     if args.dry_run:  # reads the base only: writes nothing anywhere
         from loopscale.analysis.price import dry_run

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from loopscale.errors import UserError
 from loopscale.recipes import PRESETS
-from loopscale.sweep.runner import check_counts, exit_code, run_sweep, with_data
+from loopscale.sweep.runner import check_counts, exit_code, run_sweep, with_data, with_trainer
 
 DEFAULT_DEMO_OUT = Path("runs/demo")
 FIT_RESTARTS, FIT_BOOTSTRAP = 500, 200  # the fit effort of `loopscale report`
@@ -91,6 +91,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, type=Path, help="sweep folder (rerun the same command to resume)")
     p.add_argument("--data", help="packed dataset folder for every run (sets train.data.path)")
     p.add_argument("--executor", choices=["local", "slurm"], default="local")
+    p.add_argument(
+        "--trainer",
+        metavar="CMD",
+        help="train each run with this command instead of loopscale's own, through the run contract "
+        "(docs/contract.md): {run_dir}, {run_json}, {config}, {run_id} are filled in",
+    )
     p.add_argument(
         "--workers",
         type=int,
@@ -223,6 +229,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     spec = with_data(_load(args), args.data) if (args.spec or args.preset) else None
     if spec is None and args.data:
         raise UserError("--data applies to a new sweep; a resumed sweep keeps the data of its sweep.yaml")
+    if args.trainer is not None:
+        if spec is None:
+            raise UserError(
+                "--trainer applies to a sweep given by SPEC or --preset; a resumed sweep keeps the trainer "
+                "of its sweep.yaml"
+            )
+        spec = with_trainer(spec, args.trainer)
     slurm = SlurmOptions(
         partition=args.partition,
         timeout_min=args.timeout_min,

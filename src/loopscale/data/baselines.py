@@ -135,3 +135,16 @@ def dataset_baselines(
     except OSError:
         pass  # read-only dataset folder: the numbers are still returned
     return result
+
+
+def train_baselines(train: dict) -> Baselines:
+    """``dataset_baselines`` of a TrainConfig mapping's data (a sweep's ``train``): its dataset (the default
+    one when unnamed) scored on its ``val_tokens`` (the whole val split when unnamed); a dataset that is not
+    there is a one-line UserError."""
+    from loopscale.train.config import DEFAULT_DATASET
+
+    data = (train or {}).get("data") or {}
+    path = data.get("path") or DEFAULT_DATASET
+    ds = PackedDataset(path)
+    val_tokens = data.get("val_tokens") or ds.num_rows("val") * ds.seq_len
+    return dataset_baselines(path, int(val_tokens))

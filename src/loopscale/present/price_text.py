@@ -21,6 +21,15 @@ TRUTH_NAMES = {
 UNITS = {"offset": " nats", "delta_phi": "", "every": " nats"}
 
 
+def verdict_line(name: str, e: PairedEffects, looked: str, errors: str, detectable: str = "") -> str:
+    """The one verdict line of ``price`` and ``compare``: the arm's name, what its pairs name (with sizes
+    in nats and intervals; where nothing is named, what they rule out and, given ``detectable``, what the
+    plan names with 80% power), how the pairs were looked at (``looked``), the intervals' level and the
+    errors they read (``errors``)."""
+    said = f"{effect_sentence(e)}{'; ' + detectable if detectable else ''}"
+    return f"{name}: {said}; {looked}, intervals at {100 * e.ci_level:.1f}%; {errors}"
+
+
 def price_verdict(result: PriceResult) -> str:
     """The price's first line: what the pairs name at the last look (where nothing is named, what they rule
     out and, from the plan's power table where the price has one, the smallest effect of each shape the
@@ -40,11 +49,23 @@ def price_verdict(result: PriceResult) -> str:
             f"critical value {last.critical:.2f} at this look ({SHAPE_NAMES[boundary.shape]} boundary "
             f"holding alpha {boundary.alpha:g} over all looks)"
         )
-    return (
-        f"{result.recipe}: {effect_sentence(e)}{'; ' + detectable if detectable else ''}; {last.pairs} "
-        f"pairs, look {last.look} of {len(result.plan.counts)} ({ended}); {tests}, intervals at "
-        f"{100 * e.ci_level:.1f}%; {noise_text(e, last.cluster_sd)}"
-    )
+    looked = f"{last.pairs} pairs, look {last.look} of {len(result.plan.counts)} ({ended}); {tests}"
+    return verdict_line(result.recipe, e, looked, noise_text(e, last.cluster_sd), detectable)
+
+
+def compare_verdict(name: str, e: PairedEffects) -> str:
+    """``compare``'s verdict line, price's line for pairs read once: every pair at one look, each test at
+    the full size (no looks to spend it over), the errors the pairs themselves give."""
+    looked = f"{e.n_pairs} pairs, one look (compare: all pairs at once); tests at size {1 - e.ci_level:.4f}"
+    err = e.errors
+    if err.kind == "known":
+        errors = (
+            f"errors: pair sd {err.sd:.4f} nats and an (r, width) sd {err.cluster_sd:.4f} nats as given "
+            f"({err.df} df)"
+        )
+    else:
+        errors = f"errors: cluster-robust over the pairs' {e.clusters} (r, width) clusters, t on {e.t_df} df"
+    return verdict_line(name, e, looked, errors)
 
 
 def looks_intro(plan: PricePlan) -> str:

@@ -2,10 +2,10 @@
 
 ``execute_run`` is the one run function used by every executor (local threads and SLURM array tasks): it
 takes the run's lock, skips a finished run, starts ``loopscale train --resume`` (through torchrun when the
-sweep has ``nproc > 1``) and, when the process ends without result.json, records why in exit.json (killed,
-out of memory, crashed). Because the training run checkpoints atomically and resumes, an executor killed
-at any moment (kill -9 included) loses at most the work since the last checkpoint: rerunning the same
-command finishes the sweep.
+sweep has ``nproc > 1``), or the sweep's ``trainer`` command through the run contract (``sweep.contract``),
+and, when the process ends without result.json, records why in exit.json (killed, out of memory, crashed).
+Because the training run checkpoints atomically and resumes, an executor killed at any moment (kill -9
+included) loses at most the work since the last checkpoint: rerunning the same command finishes the sweep.
 """
 
 from __future__ import annotations
@@ -26,9 +26,24 @@ from typing import TextIO
 
 from loopscale.errors import UserError
 from loopscale.io import atomic_write_json
+from loopscale.sweep.contract import (
+    RESULT_LINE,
+    is_preempted,
+    trainer_command,
+    trainer_env,
+    write_stdout_result,
+)
 from loopscale.sweep.plan import PlannedRun, format_seconds
 from loopscale.sweep.relay import wait_for_next_run
-from loopscale.sweep.rundir import EXIT_FILE, LOG_FILE, RESULT_FILE, RUN_CONFIG_FILE, run_dir, run_state
+from loopscale.sweep.rundir import (
+    EXIT_FILE,
+    LOG_FILE,
+    RESULT_FILE,
+    RUN_CONFIG_FILE,
+    SPEC_FILE,
+    run_dir,
+    run_state,
+)
 from loopscale.train.perf import machine_load
 
 # Exit statuses of a training process stopped on purpose (Ctrl-C, scancel, preemption).
@@ -163,17 +178,23 @@ def _execute_run(root: Path, name: str, nproc: int, threads: int | None, overrid
         env = dict(os.environ)
         if threads is not None:
             env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-        command = train_command(
-            root,
-            name,
-            nproc,
-            resume=(folder / "config.yaml").exists(),
-            threads=threads if override_threads else None,
-        )
+        trainer = _trainer(root)
+        if trainer is None:
+            command = train_command(
+                root,
+                name,
+                nproc,
+                resume=(folder / "config.yaml").exists(),
+                threads=threads if override_threads else None,
+            )
+        else:  # another trainer, through the run contract (sweep.contract)
+            command = trainer_command(trainer, folder, name)
+            env.update(trainer_env(folder, name))
         log_path = folder / LOG_FILE
         with open(log_path, "a") as log:
             log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {loggable_command(command, folder)}\n")
             log.flush()
+            attempt_start = log.tell()
             proc = subprocess.Popen(
                 command,
                 stdin=subprocess.DEVNULL,
@@ -187,18 +208,37 @@ def _execute_run(root: Path, name: str, nproc: int, threads: int | None, overrid
                 returncode = proc.wait()
             finally:
                 _children.discard(proc)
+        if trainer is not None and not (folder / RESULT_FILE).exists() and returncode == 0:
+            with open(log_path, errors="replace") as fh:
+                fh.seek(attempt_start)
+                write_stdout_result(folder, fh.read())  # a trainer that prints its result instead
         if (folder / RESULT_FILE).exists():
             return run_state(root, name).status
-        if returncode in _STOPPED or _stopping.is_set():
+        stopped = is_preempted(returncode) if trainer is not None else returncode in _STOPPED
+        if stopped or _stopping.is_set():
             return "pending"  # stopped on purpose (sweep interrupted, job preempted): resume later
         with open(log_path, errors="replace") as fh:
             fh.seek(max(0, log_path.stat().st_size - 4000))
             tail = fh.read()
         reason = classify_exit(returncode, tail)
+        if trainer is not None and returncode == 0:
+            reason = (
+                f"contract: the trainer exited 0 without result.json or a {RESULT_LINE} line on stdout "
+                "(docs/contract.md)"
+            )
         atomic_write_json(
             folder / EXIT_FILE, {"status": "failed", "reason": reason, "returncode": returncode}
         )
         return "failed"
+
+
+def _trainer(root: Path) -> str | None:
+    """The sweep's trainer command (sweep.yaml's ``trainer``), None for loopscale's own."""
+    from loopscale.config import load_yaml
+
+    path = root / SPEC_FILE
+    trainer = load_yaml(path).get("trainer") if path.is_file() else None
+    return None if trainer is None else str(trainer)
 
 
 _children: set[subprocess.Popen] = set()  # training processes of this executor now running

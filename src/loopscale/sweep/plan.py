@@ -144,9 +144,10 @@ def run_train_config(spec: SweepSpec, run: PlannedRun) -> dict:
     }
 
 
-def check_runnable(spec: SweepSpec, runs: list[PlannedRun], *, data: bool = True) -> None:
+def check_runnable(spec: SweepSpec, runs: list[PlannedRun], *, data: bool = True) -> dict[str, dict]:
     """Check every run as the training run will (config, dataset, batch split, LR transfer) so bad input
-    fails with one line before anything runs, not as a column of failed runs. Imports torch.
+    fails with one line before anything runs, not as a column of failed runs. Imports torch. Returns each
+    checked run's peak learning rates by parameter group (empty with ``data=False``).
 
     ``data=False`` (``plan``): each run's config only (unknown keys, bad values), refused exactly as a
     sweep refuses it, without the dataset (which need not exist yet) and without torch."""
@@ -159,6 +160,7 @@ def check_runnable(spec: SweepSpec, runs: list[PlannedRun], *, data: bool = True
         from loopscale.train.optim import peak_learning_rates
 
     datasets: dict[str, PackedDataset] = {}
+    rates: dict[str, dict] = {}
     for run in runs:
         try:
             cfg = from_dict(TrainConfig, run_train_config(spec, run), "train")
@@ -168,9 +170,10 @@ def check_runnable(spec: SweepSpec, runs: list[PlannedRun], *, data: bool = True
             if cfg.data.path not in datasets:
                 datasets[cfg.data.path] = PackedDataset(cfg.data.path)
             plan = plan_run(cfg, datasets[cfg.data.path], world=spec.nproc)
-            peak_learning_rates(cfg.optim, cfg.model, cfg.batch_tokens, plan.lr_tokens)
+            rates[run.name] = peak_learning_rates(cfg.optim, cfg.model, cfg.batch_tokens, plan.lr_tokens)
         except UserError as exc:
             raise UserError(f"run {run.name}: {exc}") from None
+    return rates
 
 
 # Measured on a 2-core CPU (docs/sweeps.md, "Using the machine"): at widths 16–96, one single-threaded run per

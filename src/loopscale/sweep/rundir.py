@@ -4,6 +4,8 @@
 
     SWEEP_DIR/sweep.yaml            the spec (resolved), written once; a rerun must match it
     SWEEP_DIR/runs/NAME/run.yaml    the run's TrainConfig (input of ``loopscale train``)
+    SWEEP_DIR/runs/NAME/run.json    a sweep with a ``trainer``: what the run is and must spend and count, for
+                                    that trainer and for the checks of its result (``sweep.contract``)
     SWEEP_DIR/runs/NAME/...         written by the training run: config.yaml, metrics.jsonl, checkpoints,
                                     result.json (status ok|failed) at the end
     SWEEP_DIR/runs/NAME/exit.json   written by the executor when the process ended without result.json
@@ -26,16 +28,17 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from loopscale.config import dump_yaml, from_dict, load_yaml
+import yaml
+
+from loopscale.config import dump_yaml, from_dict, load_yaml, to_dict
 from loopscale.errors import UserError
 from loopscale.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from loopscale.sweep.contract import RESULT_FILE, RUN_CONFIG_FILE, RUN_FILE, check_result, run_document
 from loopscale.sweep.plan import PlannedRun, plan_sweep, run_train_config
 from loopscale.sweep.spec import SweepSpec
 
 SPEC_FILE = "sweep.yaml"
-RESULT_FILE = "result.json"
 EXIT_FILE = "exit.json"
-RUN_CONFIG_FILE = "run.yaml"
 LOG_FILE = "train.log"
 POLICY_FILE = "executor.json"  # local sweeps: {"workers": W, "threads": threads per run or null}
 
@@ -119,11 +122,22 @@ def read_policy(root: Path) -> dict | None:
     return policy
 
 
+def read_expected(folder: Path) -> dict | None:
+    """run.json of a run folder, None when the run was planned without the contract (no run.json)."""
+    path = Path(folder) / RUN_FILE
+    return read_json(path, "rerun the sweep to write it again") if path.is_file() else None
+
+
 def run_state(root: Path, name: str) -> RunState:
     folder = run_dir(root, name)
     result_path = folder / RESULT_FILE
     if result_path.exists():
         result = read_json(result_path)
+        expected = read_expected(folder)
+        if expected is not None:  # a run of the run contract: its result is checked against its run.json
+            result, problem = check_result(result, expected)
+            if problem:
+                return RunState("failed", f"contract: result.json {problem}", result)
         status = result.get("status")
         if status not in ("ok", "failed"):
             raise DamagedFile(result_path, "status", f"must be 'ok' or 'failed', got {status!r}")
@@ -146,8 +160,9 @@ def run_state(root: Path, name: str) -> RunState:
     return RunState("pending", "not run yet", None)
 
 
-def init_sweep(spec: SweepSpec, root: Path) -> list[PlannedRun]:
-    """Create (or reopen) a sweep folder: write sweep.yaml and every run's run.yaml.
+def init_sweep(spec: SweepSpec, root: Path, pairs: dict[str, str] | None = None) -> list[PlannedRun]:
+    """Create (or reopen) a sweep folder: write sweep.yaml and every run's run.yaml (and, with a
+    ``trainer``, every unfinished run's run.json; ``pairs``: run name → the base run folder it pairs with).
 
     Every unfinished run is checked first (``check_runnable``); reopening with a different spec is refused
     (a sweep folder holds exactly one sweep, so nothing already trained is mixed with or overwritten by
@@ -159,8 +174,11 @@ def init_sweep(spec: SweepSpec, root: Path) -> list[PlannedRun]:
     runs = plan_sweep(spec)
     # Reading every run's state first turns a damaged result.json into one line naming it; runs that
     # finished need no dataset, so only the others are checked.
-    check_runnable(spec, [run for run in runs if run_state(root, run.name).status != "ok"])
-    spec_text = dump_yaml(spec)
+    unfinished = [run for run in runs if run_state(root, run.name).status != "ok"]
+    rates = check_runnable(spec, unfinished)
+    # a sweep without a trainer writes sweep.yaml as it did before the contract existed
+    fields = {k: v for k, v in to_dict(spec).items() if not (k == "trainer" and v is None)}
+    spec_text = yaml.safe_dump(fields, sort_keys=False)
     spec_path = root / SPEC_FILE
     if spec_path.exists():
         # compared as specs, not as text: a sweep written before a spec field was added still resumes
@@ -186,7 +204,33 @@ def init_sweep(spec: SweepSpec, root: Path) -> list[PlannedRun]:
         print(
             f"loopscale sweep: {reused} finished run(s) reused from {', '.join(spec.reuse)}", file=sys.stderr
         )
+    if spec.trainer is not None:  # the runs the trainer will train: not the ones taken from a reuse folder
+        todo = [run for run in unfinished if not (run_dir(root, run.name) / REUSE_FILE).exists()]
+        _write_run_documents(spec, root, todo, rates, pairs or {})
     return runs
+
+
+def _write_run_documents(
+    spec: SweepSpec, root: Path, runs: list[PlannedRun], rates: dict[str, dict], pairs: dict[str, str]
+) -> None:
+    """run.json of every unfinished run of a trainer sweep (rewritten only when it changed)."""
+    from loopscale.data.baselines import train_baselines
+
+    unigram = train_baselines(spec.train).unigram if runs else None
+    for run in runs:
+        folder = run_dir(root, run.name)
+        base = pairs.get(run.name)
+        document = run_document(
+            spec,
+            run,
+            run_train_config(spec, run),
+            learning_rates=rates[run.name],
+            unigram=unigram,
+            pairs_with=os.path.relpath(base, folder) if base else None,
+        )
+        path = folder / RUN_FILE
+        if not path.is_file() or json.loads(path.read_text()) != document:
+            atomic_write_json(path, document)
 
 
 # A reused run's small files besides result.json, copied from its source run folder (weights and checkpoints

@@ -20,6 +20,15 @@ def with_data(spec, data: str | None):
     return replace(spec, train=train)
 
 
+def with_trainer(spec, trainer: str | None):
+    """``spec`` trained by the command ``trainer`` through the run contract (None: as it is)."""
+    if trainer is None:
+        return spec
+    from loopscale.config import replace
+
+    return replace(spec, trainer=trainer)
+
+
 def _threads(workers: int, threads: int | None) -> int | None:
     import os
 
@@ -44,8 +53,10 @@ def run_sweep(
     workers: int | None = None,
     threads: int | None = None,
     slurm=None,
+    pairs: dict[str, str] | None = None,
 ) -> dict[str, str]:
-    """Create or resume sweep folder ``out`` and run every unfinished run; returns {run: status}.
+    """Create or resume sweep folder ``out`` and run every unfinished run; returns {run: status} (``pairs``:
+    run name → the base run folder it pairs with, for run.json under a trainer).
 
     Every input is checked before anything is written. A local sweep records its thread policy
     (``executor.json``: workers and threads per run) on its first start and reuses it on resume unless
@@ -62,7 +73,7 @@ def run_sweep(
     if spec is None:
         spec, _ = open_sweep(out)
     recorded = read_policy(out)
-    runs = init_sweep(spec, out)
+    runs = init_sweep(spec, out, pairs)
     claim_folder(out, "sweep")  # marked once init_sweep validated every run and wrote sweep.yaml
     if executor == "slurm":
         return run_slurm(out, runs, slurm, nproc=spec.nproc)

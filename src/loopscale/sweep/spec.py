@@ -129,6 +129,8 @@ class SweepSpec:
     whose finished runs this sweep takes instead of training them again: a run is reused when the source
     folder holds a run of the same name, finished ok, whose run.yaml is identical to this run's (same model,
     recipe, data, budget and seed). A case study's r = 1 anchors are its base sweep's runs this way.
+    ``trainer``: another trainer's command, run for every run through the run contract
+    (``sweep.contract``, docs/contract.md); None: loopscale's own ``loopscale train``.
     """
 
     name: str
@@ -139,6 +141,7 @@ class SweepSpec:
     seeds: list[int] = field(default_factory=lambda: [0])
     nproc: int = 1
     reuse: list[str] = field(default_factory=list)
+    trainer: str | None = None
 
     def validate(self) -> None:
         if not self.groups:
@@ -160,6 +163,10 @@ class SweepSpec:
         _refuse_owned_train_keys(f"sweep {self.name!r}", self.train)
         if len(set(self.reuse)) != len(self.reuse) or not all(self.reuse):
             raise UserError(f"sweep {self.name!r}: reuse must list distinct sweep folders, got {self.reuse}")
+        if self.trainer is not None:
+            from loopscale.sweep.contract import check_template
+
+            check_template(self.trainer)
 
     def extends(self, other: SweepSpec) -> bool:
         """True when this spec is ``other`` with groups added after its own (every other field, and every

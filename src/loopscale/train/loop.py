@@ -364,6 +364,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
             "steps_done": steps_done,
             "train_loss": train_loss,
             "val_loss": val_loss,
+            "val_loss_unit": "nats_per_token",  # the run contract's unit (sweep.contract)
             "wall_time_s": wall,
             "train_time_s": state["train_time_s"],
             "tokens_per_s": tokens_per_s,
