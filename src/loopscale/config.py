@@ -12,7 +12,7 @@ import functools
 import math
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,6 +24,11 @@ T = TypeVar("T")
 
 INJECTIONS = ("auto", "linear", "additive", "none", "hyperconnect", "parcae", "parcae-diag")
 PARCAE_INJECTIONS = ("parcae", "parcae-diag")  # Parcae's injection: a full d×d B, or a per-dimension B
+# The state h(0) the first loop of a Parcae model starts from (ModelConfig.loop_init; loopscale.model.gpt)
+LOOP_INITS = ("auto", "input", "zero", "random")
+# Field metadata: to_dict leaves the field out while it holds its default, so configs written before the field
+# existed (published run.yaml files, which sweep reuse compares as text) dump unchanged.
+OMIT_AT_DEFAULT = "omit_at_default"
 
 
 def from_dict(cls: type[T], data: dict[str, Any] | None, where: str = "config") -> T:
@@ -124,7 +129,8 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
 def to_dict(obj: Any) -> Any:
     """Dataclass → plain dict (tuples become lists) suitable for YAML/JSON."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if not (f.metadata.get(OMIT_AT_DEFAULT) and getattr(obj, f.name) == f.default)}
     if isinstance(obj, list | tuple):
         return [to_dict(v) for v in obj]
     if isinstance(obj, dict):
@@ -203,6 +209,9 @@ class ModelConfig:
     softcap: float = 15.0
     norm_eps: float = 1e-6
     rope_theta: float = 10000.0
+    # h(0) of a Parcae model: auto = the injection's own (h(0) = e, as every published run), input (the
+    # same), zero, or random (Parcae's code: truncated normal, std √(2/(5d)), drawn anew in every forward)
+    loop_init: str = field(default="auto", metadata={OMIT_AT_DEFAULT: True})
 
     def validate(self) -> None:
         if self.width <= 0 or self.head_dim <= 0:
@@ -224,6 +233,12 @@ class ModelConfig:
         if self.hc_lanes < 1:
             raise UserError(f"model: hc_lanes must be >= 1, got {self.hc_lanes}")
         layout = self.layout()  # raises on impossible layouts
+        if self.loop_init not in LOOP_INITS:
+            allowed = ", ".join(LOOP_INITS)
+            raise UserError(f"model: loop_init must be one of {allowed}, got {self.loop_init!r}")
+        if self.loop_init != "auto" and layout.injection not in PARCAE_INJECTIONS:
+            raise UserError(f"model: loop_init {self.loop_init} applies to Parcae's injection only "
+                            f"({', '.join(PARCAE_INJECTIONS)}), got injection {layout.injection}")
         if layout.injection in PARCAE_INJECTIONS and layout.r < 2:
             raise UserError(f"model: injection {layout.injection} needs r >= 2 (it injects e into a loop's "
                             f"state), got r={layout.r}; use injection auto for the plain r = 1 model")
@@ -283,6 +298,7 @@ def replace(obj: T, **changes: Any) -> T:
 
 __all__ = [
     "INJECTIONS",
+    "LOOP_INITS",
     "PARCAE_INJECTIONS",
     "Layout",
     "ModelConfig",

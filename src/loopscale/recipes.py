@@ -8,6 +8,9 @@ RECIPES = {
     # the recipes priced in issue 41 (docs/model.md, docs/training.md): each a minimal swap on the template
     "parcae": {"model": {"injection": "parcae"}},
     "parcae-diag": {"model": {"injection": "parcae-diag"}},
+    # Parcae with the first loop started from 0 or from Parcae's own noise instead of e (issue 51)
+    "parcae-zero": {"model": {"injection": "parcae", "loop_init": "zero"}},
+    "parcae-random": {"model": {"injection": "parcae", "loop_init": "random"}},
     "sampled-depth": {"train": {"depth_sampling": "poisson-lognormal"}},
     "curriculum": {"train": {"loop_curriculum": "linear:0.25"}},
 }
