@@ -181,7 +181,7 @@ def peak_measurement(device: str, dtype_name: str, now: float | None = None) -> 
 # least this many seconds at the machine's matmul peak ("peak-seconds"). Break-even = compile seconds /
 # (1/u_eager − 1/u_compiled), u the fraction of the peak each reaches; benchmarks/RESULTS.md ("compile: auto")
 # has the measurements this is set from (laptop template, 1 thread, and the H200 figures).
-COMPILE_BREAK_EVEN_PEAK_S = 60.0
+COMPILE_BREAK_EVEN_PEAK_S = 30.0
 
 
 def compile_pays(training_flops: float, peak: float) -> bool:
