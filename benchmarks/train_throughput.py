@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -49,20 +50,26 @@ def child(args: argparse.Namespace) -> None:
         torch.set_num_threads(args.threads)
     modes = ["eager", "compiled"] if args.compile else ["eager"]
     rt = Runtime(rank=0, world=1, device=torch.device("cpu"), autocast_dtype=None)
-    rows = torch.randint(0, args.vocab, (args.batch, args.seq_len + 1))
+    template = TEMPLATES[args.template]
+    seq_len, vocab = args.seq_len or template["seq_len"], args.vocab or template["vocab_size"]
+    batch = args.batch or template["batch"]
+    rows = torch.randint(0, vocab, (batch, seq_len + 1))
     variants = []
     # r = 1 is the plain model (no injection); every r > 1 runs once per --injections entry.
     shapes = [(width, r, injection) for width in args.widths for r in args.rs
               for injection in (["none"] if r == 1 else args.injections)]
+    template = TEMPLATES[args.template]
     for width, r, injection in shapes:
         for mode in modes:
-            cfg = ModelConfig(width=width, r=r, depth=args.depth, prelude=2, coda=2, head_dim=64,
-                              vocab_size=args.vocab, seq_len=args.seq_len,
+            cfg = ModelConfig(width=width, r=r, depth=args.depth or template["depth"],
+                              prelude=template["prelude"], coda=template["coda"],
+                              head_dim=template["head_dim"], vocab_size=args.vocab or template["vocab_size"],
+                              seq_len=args.seq_len or template["seq_len"],
                               injection="auto" if r == 1 else injection)
             torch.manual_seed(0)
             model = LoopedGPT(cfg)
             optim = OptimConfig(d_ref=1e9)  # LR values do not change the step time
-            lrs = peak_learning_rates(optim, cfg, args.batch * args.seq_len, 1e9)
+            lrs = peak_learning_rates(optim, cfg, batch * seq_len, 1e9)
             variants.append(dict(
                 key=dict(mode=mode, width=width, r=r, injection=injection),
                 flops_per_token=flops_per_token(cfg), model=model,
@@ -73,7 +80,7 @@ def child(args: argparse.Namespace) -> None:
 
     def step(v: dict) -> tuple[float, float]:
         t0 = time.perf_counter()
-        accumulate_gradients(v["step_fn"], v["model"], rows, args.batch, rt)
+        accumulate_gradients(v["step_fn"], v["model"], rows, batch, rt)
         t1 = time.perf_counter()
         for opt in v["optimizers"]:
             opt.step()
@@ -94,11 +101,23 @@ def child(args: argparse.Namespace) -> None:
             model_s, optimizer_s = step(v)
             v["model_s"].append(model_s)
             v["optimizer_s"].append(optimizer_s)
+    eager = {tuple(v["key"][k] for k in ("width", "r", "injection")): v for v in variants
+             if v["key"]["mode"] == "eager"}
     for v in variants:
         # The least-disturbed step. Forward + backward only: the optimiser step costs per unique
         # parameter, not per token, and is reported on its own.
-        tokens_per_s = args.batch * args.seq_len / min(v["model_s"])
+        tokens_per_s = batch * seq_len / min(v["model_s"])
+        full_s = [m + o for m, o in zip(v["model_s"], v["optimizer_s"], strict=True)]
+        # the same shape's eager step of the same round: the ratio of two steps timed seconds apart
+        base = eager[tuple(v["key"][k] for k in ("width", "r", "injection"))]
+        base_full = [m + o for m, o in zip(base["model_s"], base["optimizer_s"], strict=True)]
         print(json.dumps({
+            "median_full_step_s": statistics.median(full_s),
+            "median_speedup_vs_eager": statistics.median(
+                b / f for b, f in zip(base_full, full_s, strict=True)
+            ),
+            "median_peak_flops": statistics.median(peaks),
+            "batch_tokens": batch * seq_len,
             "allocator": "tcmalloc" if tcmalloc_active() else "glibc",
             **v["key"],
             "flops_per_token": v["flops_per_token"],
@@ -111,19 +130,29 @@ def child(args: argparse.Namespace) -> None:
         }), flush=True)
 
 
+# Model templates: "paper" is the paper's layout at CPU scale (depth 12 = 2 + 8 + 2, head_dim 64, T 256,
+# vocabulary 4,096, 4 sequences); "laptop" is the laptop sweep's (sweep/presets.py: depth 10 = 1 + 8 + 1,
+# head_dim 16, T 128, vocabulary 1,024, 2,048-token batches of 16 sequences), which the sweeps run with one
+# thread per worker and two workers on two cores.
+TEMPLATES = {
+    "paper": dict(depth=12, prelude=2, coda=2, head_dim=64, vocab_size=4096, seq_len=256, batch=4),
+    "laptop": dict(depth=10, prelude=1, coda=1, head_dim=16, vocab_size=1024, seq_len=128, batch=16),
+}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--widths", type=int, nargs="+", default=[256, 384])
     p.add_argument("--rs", type=int, nargs="+", default=[1, 2, 4, 8])
-    p.add_argument(
-        "--depth", type=int, default=12, help="effective depth (2 + 8 + 2: every r in 1,2,4,8 fits)"
-    )
+    p.add_argument("--template", choices=sorted(TEMPLATES), default="paper",
+                   help="model layout, vocabulary, T and batch (see TEMPLATES); the flags below override it")
+    p.add_argument("--depth", type=int, default=0, help="effective depth (0 = the template's)")
     p.add_argument("--injections", nargs="+", default=["linear"], choices=["linear", "additive", "none"],
                    help="injection of the r > 1 models (the paper's is linear; additive and none have no "
                    "injection matmul, which separates the cost of looping from the cost of W_inj)")
-    p.add_argument("--seq-len", type=int, default=256)
-    p.add_argument("--vocab", type=int, default=4096)
-    p.add_argument("--batch", type=int, default=4, help="sequences per step")
+    p.add_argument("--seq-len", type=int, default=0, help="T (0 = the template's)")
+    p.add_argument("--vocab", type=int, default=0, help="vocabulary (0 = the template's)")
+    p.add_argument("--batch", type=int, default=0, help="sequences per step (0 = the template's)")
     p.add_argument("--steps", type=int, default=6,
                    help="timed rounds: one step of every config per round (the fastest step is reported)")
     p.add_argument("--repeats", type=int, default=1, help="runs of every allocator, alternating (best kept)")
@@ -138,6 +167,7 @@ def main() -> None:
         return
     from loopscale.train.perf import tcmalloc_library
 
+    load_before = os.getloadavg()[0]
     runs = []
     for _ in range(args.repeats):  # allocators alternate: both see similar load
         for allocator in args.allocators:
@@ -163,10 +193,14 @@ def main() -> None:
     peak = max(row["peak_flops"] for row in best.values())  # "% of peak" is against the best probe
     print(
         f"fp32 matmul peak (best probe): {peak / 1e9:.1f} GFLOP/s, {runs[0]['threads']} threads, "
-        f"{args.repeats} repeat(s), load average after: {os.getloadavg()[0]:.2f}"
+        f"{args.repeats} repeat(s), load average before: {load_before:.2f}, after: {os.getloadavg()[0]:.2f}"
     )
+    # tokens/s .. vs glibc: the fastest forward + backward; "full step": forward + backward + optimiser, the
+    # median over the rounds, against the best probe; "vs eager": the median over rounds of the same
+    # shape's eager full step / this one (steps of one round are seconds apart); warm-up: the untimed
+    # steps, compile included
     columns = ("allocator mode d r injection FLOPs/token tokens/s GFLOP/s %_of_peak vs_r=1 vs_glibc "
-               "optimizer_s")
+               "optimizer_s full_step_s full_step_%_of_peak vs_eager warm-up_s")
     print("| " + " | ".join(c.replace("_", " ") for c in columns.split()) + " |")
     print("|---" * len(columns.split()) + "|")
     for (allocator, mode, width, r, injection), row in best.items():
@@ -186,6 +220,10 @@ def main() -> None:
             f"{row['tokens_per_s'] / base['tokens_per_s']:.1%}" if base else "-",
             f"{row['tokens_per_s'] / glibc['tokens_per_s']:.2f}x" if glibc else "-",
             f"{row['optimizer_s']:.2f}",
+            f"{row['median_full_step_s']:.3f}",
+            f"{row['flops_per_token'] * row['batch_tokens'] / row['median_full_step_s'] / peak:.1%}",
+            f"{row['median_speedup_vs_eager']:.2f}x",
+            f"{row['warmup_s']:.0f}",
         ]
         print("| " + " | ".join(map(str, cells)) + " |")
 

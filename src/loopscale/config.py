@@ -12,7 +12,7 @@ import functools
 import math
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,6 +24,11 @@ T = TypeVar("T")
 
 INJECTIONS = ("auto", "linear", "additive", "none", "hyperconnect", "parcae", "parcae-diag")
 PARCAE_INJECTIONS = ("parcae", "parcae-diag")  # Parcae's injection: a full d×d B, or a per-dimension B
+# The state h(0) the first loop of a Parcae model starts from (ModelConfig.loop_init; loopscale.model.gpt)
+LOOP_INITS = ("auto", "input", "zero", "random")
+# Field metadata: to_dict leaves the field out while it holds its default, so configs written before the field
+# existed (published run.yaml files, which sweep reuse compares as text) dump unchanged.
+OMIT_AT_DEFAULT = "omit_at_default"
 
 
 def from_dict(cls: type[T], data: dict[str, Any] | None, where: str = "config") -> T:
@@ -126,11 +131,8 @@ def to_dict(obj: Any) -> Any:
     published (metadata ``omit_default``) is left out at its default, so a config that does not use it
     writes the text it always did (a sweep reuses a run only when its run.yaml is the same text)."""
     if dataclasses.is_dataclass(obj):
-        return {
-            f.name: to_dict(getattr(obj, f.name))
-            for f in dataclasses.fields(obj)
-            if not (f.metadata.get("omit_default") and getattr(obj, f.name) == f.default)
-        }
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if not (f.metadata.get(OMIT_AT_DEFAULT) and getattr(obj, f.name) == f.default)}
     if isinstance(obj, list | tuple):
         return [to_dict(v) for v in obj]
     if isinstance(obj, dict):
@@ -210,7 +212,10 @@ class ModelConfig:
     norm_eps: float = 1e-6
     rope_theta: float = 10000.0
     # module:attr of a plugin's hook on each loop's input (loopscale.plugins); written only when set
-    loop_hook: str | None = dataclasses.field(default=None, metadata={"omit_default": True})
+    loop_hook: str | None = dataclasses.field(default=None, metadata={OMIT_AT_DEFAULT: True})
+    # h(0) of a Parcae model: auto = the injection's own (h(0) = e, as every published run), input (the
+    # same), zero, or random (Parcae's code: truncated normal, std √(2/(5d)), drawn anew in every forward)
+    loop_init: str = field(default="auto", metadata={OMIT_AT_DEFAULT: True})
 
     def validate(self) -> None:
         if self.width <= 0 or self.head_dim <= 0:
@@ -232,6 +237,12 @@ class ModelConfig:
         if self.hc_lanes < 1:
             raise UserError(f"model: hc_lanes must be >= 1, got {self.hc_lanes}")
         layout = self.layout()  # raises on impossible layouts
+        if self.loop_init not in LOOP_INITS:
+            allowed = ", ".join(LOOP_INITS)
+            raise UserError(f"model: loop_init must be one of {allowed}, got {self.loop_init!r}")
+        if self.loop_init != "auto" and layout.injection not in PARCAE_INJECTIONS:
+            raise UserError(f"model: loop_init {self.loop_init} applies to Parcae's injection only "
+                            f"({', '.join(PARCAE_INJECTIONS)}), got injection {layout.injection}")
         if layout.injection in PARCAE_INJECTIONS and layout.r < 2:
             raise UserError(f"model: injection {layout.injection} needs r >= 2 (it injects e into a loop's "
                             f"state), got r={layout.r}; use injection auto for the plain r = 1 model")
@@ -296,6 +307,7 @@ def replace(obj: T, **changes: Any) -> T:
 
 __all__ = [
     "INJECTIONS",
+    "LOOP_INITS",
     "PARCAE_INJECTIONS",
     "Layout",
     "ModelConfig",

@@ -31,6 +31,9 @@ PRESETS: dict[str, tuple[str, ...]] = {
     # the recipes priced in issue 41 (docs/model.md, docs/training.md): each a minimal swap on the template
     "parcae": ("model.injection=parcae",),
     "parcae-diag": ("model.injection=parcae-diag",),
+    # Parcae with the first loop started from 0 or from Parcae's own noise instead of e (issue 51)
+    "parcae-zero": ("model.injection=parcae", "model.loop_init=zero"),
+    "parcae-random": ("model.injection=parcae", "model.loop_init=random"),
     "sampled-depth": ("depth_sampling=poisson-lognormal",),
     "curriculum": ("loop_curriculum=linear:0.25",),
 }
@@ -44,6 +47,7 @@ MATCHED = {
     "steps": "the pair's cell (steps follow from the budget)",
     "batch_tokens": "the base's batch",
     "seed": "the base run's seed",
+    "compile": "the base's (compiled and eager steps round differently)",
     "model.vocab_size": "the loss is per token of the base's vocabulary",
     "model.seq_len": "the base's context length",
     "data.path": "the base's data",

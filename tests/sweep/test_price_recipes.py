@@ -78,6 +78,8 @@ def test_presets_are_the_sweep_group_changes_they_always_were():
         "truncated-bptt": {"bptt": "ceil_half"},
         "parcae": {"model": {"injection": "parcae"}},
         "parcae-diag": {"model": {"injection": "parcae-diag"}},
+        "parcae-zero": {"model": {"injection": "parcae", "loop_init": "zero"}},
+        "parcae-random": {"model": {"injection": "parcae", "loop_init": "random"}},
         "sampled-depth": {"train": {"depth_sampling": "poisson-lognormal"}},
         "curriculum": {"train": {"loop_curriculum": "linear:0.25"}},
     }

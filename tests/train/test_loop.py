@@ -58,8 +58,9 @@ def test_budget_sets_steps_and_the_run_folder_follows_the_contract(dataset, tmp_
     assert result["flops_per_token"] == f
     assert {k: result[k] for k in ("n", "n_once", "n_rec", "n_embed")} == count_params(cfg.model).as_dict()
     assert json.loads((tmp_path / "run" / "result.json").read_text()) == json.loads(json.dumps(result))
-    # the resolved config, with the CPU thread count the run used (reused on --resume)
-    assert (tmp_path / "run" / "config.yaml").read_text() == dump_yaml(dataclasses.replace(cfg, threads=1))
+    # the resolved config, with the CPU thread count the run used and whether it compiled (reused on --resume)
+    resolved = dataclasses.replace(cfg, threads=1, compile=False)
+    assert (tmp_path / "run" / "config.yaml").read_text() == dump_yaml(resolved)
     assert not (tmp_path / "run" / "checkpoints").exists()  # removed once the final weights are written
     lines = metrics(tmp_path / "run")
     assert [m["step"] for m in lines] == [1, 2, 3, 4]
@@ -86,7 +87,7 @@ def test_validation_loss_is_the_token_weighted_mean_over_val_tokens(dataset, tmp
     cfg.data.val_tokens = val_tokens
     result = train(cfg, tmp_path / "run")
     model, loaded_cfg = load_checkpoint_model(tmp_path / "run")
-    assert loaded_cfg == dataclasses.replace(cfg, threads=1)  # the run records its CPU threads
+    assert loaded_cfg == dataclasses.replace(cfg, threads=1, compile=False)  # records threads, compile
     rows = torch.from_numpy(PackedDataset(dataset).rows("val", 0, 6))
     with torch.no_grad():
         logits = model(rows[:, :-1])

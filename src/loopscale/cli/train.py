@@ -62,7 +62,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--device", help="auto | cpu | cuda | cuda:N")
     g.add_argument("--precision", choices=["auto", "fp32", "bf16"])
     g.add_argument(
-        "--compile", action=argparse.BooleanOptionalAction, default=None, help="torch.compile the model"
+        "--compile", action=argparse.BooleanOptionalAction, default=None,
+        help="torch.compile the model (default: the config's, false; compile: auto in a config compiles a "
+        "run long enough to pay for it)",
     )
     g.add_argument("--checkpoint-every-steps", type=int)
     g.add_argument("--checkpoint-every-s", type=float)

@@ -188,6 +188,7 @@ def hf_config(model_cfg, bos_id: int, source: Source) -> dict[str, Any]:
         "rec_layers": lay.rec_layers,
         "head_dim": model_cfg.head_dim,
         "injection": lay.injection,
+        "loop_init": model_cfg.loop_init,  # always auto (h(0) as the injection defines it): Parcae is refused
         "hc_lanes": model_cfg.hc_lanes,
         "bptt_k": model_cfg.bptt_k,
         "vocab_size": model_cfg.vocab_size,

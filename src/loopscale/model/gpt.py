@@ -17,6 +17,9 @@ Injection modes (``cfg.layout().injection``), with e the prelude output and h(i)
   parcae        u(i) = exp(−Δ⊙a)⊙h(i) + Δ⊙(B·e), a = exp(A_log), Δ = softplus(dt_bias) ∈ R^d, B ∈ R^{d×d},
                 h(0) = e; init A_log = 0, Δ = ln(5)/2, B = I, so u(i) = 0.447·h(i) + 0.805·e (decay √(1/5))
   parcae-diag   the same with a per-dimension B ∈ R^d (init ones): B·e is B⊙e
+The Parcae modes start from cfg.loop_init: h(0) = e (auto, input), 0 (zero), or, as Parcae's code does, noise
+drawn anew in every forward pass from torch's global generator (random: normal, std √(2/(5d)), truncated at
+±3 std; the generator's state is in every checkpoint, so a resumed run draws what the uninterrupted one did).
 and otherwise h(i+1) = norm_recur(block(u(i))). Parcae's injection (Prairie et al. 2026) comes alone here: its
 value embeddings and zero-initialised residuals are other recipes, left out. B·e is recomputed in every loop,
 as W_inj·[e; h] re-multiplies e, which is what the FLOPs count charges (accounting).
@@ -241,6 +244,22 @@ class LoopedGPT(nn.Module):
         b_e = F.linear(e, self.parcae_b) if self.parcae_b.ndim == 2 else e * self.parcae_b.to(e.dtype)
         return decay.to(h.dtype) * h + delta.to(b_e.dtype) * b_e
 
+    def initial_state(self, e: Tensor) -> Tensor:
+        """h(0), the state entering the first loop (e: the prelude output [B, T, d]), for every mode but
+        hyperconnect: 0 for additive and for loop_init zero, noise for loop_init random, else e itself."""
+        if self.layout.injection == "additive" or self.cfg.loop_init == "zero":
+            return torch.zeros_like(e)
+        if self.cfg.loop_init == "random":
+            # Parcae's "like-init" state of its released configs: N(0, std²) truncated at ±3 std, drawn as
+            # nn.init.trunc_normal_ does (an inverse CDF of a uniform), written out so torch.compile keeps
+            # it in the graph (trunc_normal_ reads its bounds back with .item(), a graph break)
+            std = math.sqrt(2 / (5 * self.cfg.width))
+            lo = (1 + math.erf(-3 / math.sqrt(2))) / 2  # Φ(−3)
+            u = torch.rand_like(e, dtype=torch.float32) * (1 - 2 * lo) + lo
+            noise = torch.erfinv(2 * u - 1) * (math.sqrt(2) * std)
+            return noise.clamp(-3 * std, 3 * std).to(e.dtype)
+        return e
+
     def _loops(self, r: int | None) -> int:
         r = self.layout.r if r is None else r
         if r < 1:
@@ -292,7 +311,7 @@ class LoopedGPT(nn.Module):
                          for a in range(k)]
             h = sum(lanes)
         else:
-            h = torch.zeros_like(e) if mode == "additive" else e
+            h = self.initial_state(e)
             for i in range(r):
                 if mode == "linear":
                     u = self.inject(torch.cat([e, h], dim=-1))

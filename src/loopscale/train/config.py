@@ -141,7 +141,12 @@ class TrainConfig:
     loop_curriculum: str | None = None  # "linear:F": the loop count ramps 1 → r over the first ⌈F·S⌉ steps
     device: str = "auto"  # auto (cuda when available) | cpu | cuda
     precision: str = "auto"  # auto (fp32 on CPU, bf16 autocast on CUDA) | fp32 | bf16
-    compile: bool = False  # torch.compile the model (once per run; r is fixed)
+    # torch.compile the model (once per run; r is fixed). auto: compile when the run is long enough to pay
+    # for the compile (loopscale.train.perf.compile_pays); the run's config.yaml records what was decided.
+    # The default stays false: it is part of the meaning of every spec already written (a published sweep's
+    # `train: {}` resumed under auto would mix compiled and eager runs, and so would a price's pairs against
+    # the published eager bases); new sweeps opt in with `train: {compile: auto}` (benchmarks/RESULTS.md).
+    compile: bool | str = False
     checkpoint_every_steps: int | None = None  # also checkpoint every N steps
     checkpoint_every_s: float | None = 600.0  # checkpoint when this many seconds passed since the last
     log_every: int = 1  # metrics.jsonl line every N steps (the last step is always logged)
@@ -178,6 +183,8 @@ class TrainConfig:
             raise UserError(f"micro_batch must be >= 1 sequences, got {self.micro_batch}")
         if self.device.split(":")[0] not in DEVICES:
             raise UserError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        if self.compile not in (True, False, "auto"):
+            raise UserError(f"compile must be true, false or auto, got {self.compile!r}")
         if self.precision not in PRECISIONS:
             raise UserError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.checkpoint_every_steps is not None and self.checkpoint_every_steps < 1:

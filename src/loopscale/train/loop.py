@@ -52,7 +52,7 @@ from loopscale.train.optim import (
     reference_tokens,
     set_lr,
 )
-from loopscale.train.perf import peak_measurement, tcmalloc_active
+from loopscale.train.perf import compile_pays, peak_measurement, tcmalloc_active
 from loopscale.train.plan import Plan, plan_run
 
 # Fields that may change between an interrupted run and its resumption (they do not change what is
@@ -176,6 +176,29 @@ def _resolve_threads(cfg: TrainConfig, run_dir: Path, rt: Runtime) -> TrainConfi
         )
     torch.set_num_threads(threads)
     return replace(cfg, threads=threads)
+
+
+def _resolve_compile(cfg: TrainConfig, run_dir: Path, rt: Runtime, plan: Plan, peak: float | None
+                     ) -> TrainConfig:
+    """Fix ``compile: auto``: the value recorded in OUT/config.yaml (a resumed run: compiled and eager
+    steps round differently, so a resume keeps what the run started with), else whether compiling pays for
+    this run's training FLOPs at rank 0's peak (``compile_pays``; None, a peak probed under load: no), the
+    same on every rank. A loop-count recipe stays eager: every loop count it draws is a graph of its own,
+    compiled anew."""
+    from dataclasses import replace
+
+    if cfg.compile != "auto":
+        return cfg
+    config_path = run_dir / "config.yaml"
+    stored = load_yaml(config_path).get("compile") if config_path.is_file() else None
+    if isinstance(stored, bool):
+        return replace(cfg, compile=stored)
+    pays = (rt.is_main and peak is not None and cfg.loop_recipe is None
+            and compile_pays(plan.schedule.executed_flops(), peak))
+    decision = [pays]
+    if rt.world > 1:
+        dist.broadcast_object_list(decision, src=0)
+    return replace(cfg, compile=bool(decision[0]))
 
 
 def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -312,21 +335,25 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, rt: Runtime) -> dict[s
     start_step = int(state["step"])
     _check_loop_draws(state, plan, start_step, latest)
     metrics_path = run_dir / "metrics.jsonl"
+    dtype_name = "bfloat16" if rt.autocast_dtype is torch.bfloat16 else "float32"
+    # MFU is reported by rank 0 only (other ranks skip the matmul probe so it is not disturbed).
+    peak = compile_peak = cfg.peak_flops
+    if peak is None and rt.is_main:
+        measured = peak_measurement(str(rt.device), dtype_name)
+        peak = measured.flops
+        # a probe taken under load reads low, and would call runs long that are too short to pay for a
+        # compile slowed by the same load: compile: auto then stays eager
+        compile_peak = None if measured.busy else peak
+        busy = measured.load.note("the peak FLOP/s probe reads low, so MFU reads high")
+        if busy:
+            print(f"loopscale train: note: {busy}", file=sys.stderr)
+    cfg = _resolve_compile(cfg, run_dir, rt, plan, compile_peak)
     if rt.is_main:
         claim_folder(run_dir, "run")  # a folder loopscale did not create is refused, its files kept
         atomic_write_text(run_dir / "config.yaml", dump_yaml(cfg))
         _rewind_metrics(metrics_path, start_step)
     tracker = tracking.start(cfg, run_dir, main=rt.is_main)
     step_fn = torch.compile(model) if cfg.compile else model
-    dtype_name = "bfloat16" if rt.autocast_dtype is torch.bfloat16 else "float32"
-    # MFU is reported by rank 0 only (other ranks skip the matmul probe so it is not disturbed).
-    peak = cfg.peak_flops
-    if peak is None and rt.is_main:
-        measured = peak_measurement(str(rt.device), dtype_name)
-        peak = measured.flops
-        busy = measured.load.note("the peak FLOP/s probe reads low, so MFU reads high")
-        if busy:
-            print(f"loopscale train: note: {busy}", file=sys.stderr)
     base = {
         "config": to_dict(cfg),
         **counts.as_dict(),

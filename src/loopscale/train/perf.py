@@ -175,3 +175,16 @@ def peak_measurement(device: str, dtype_name: str, now: float | None = None) -> 
     except OSError:
         pass  # a read-only home only costs a re-measurement next time
     return PeakFlops(flops, load)
+
+
+# `compile: auto` (TrainConfig): torch.compile pays for itself when the run's training FLOPs would take at
+# least this many seconds at the machine's matmul peak ("peak-seconds"). Break-even = compile seconds /
+# (1/u_eager − 1/u_compiled), u the fraction of the peak each reaches; benchmarks/RESULTS.md ("compile: auto")
+# has the measurements this is set from (laptop template, 1 thread, and the H200 figures).
+COMPILE_BREAK_EVEN_PEAK_S = 30.0
+
+
+def compile_pays(training_flops: float, peak: float) -> bool:
+    """True when a run of ``training_flops`` FLOPs on a device of ``peak`` FLOP/s is long enough that
+    compiling the model saves more time than the compile takes (``COMPILE_BREAK_EVEN_PEAK_S``)."""
+    return training_flops / peak >= COMPILE_BREAK_EVEN_PEAK_S
