@@ -37,7 +37,15 @@ from pathlib import Path
 import numpy as np
 
 from loopscale.design.paired import PairPlan, plan_pairs, read_base, variant_spec
-from loopscale.design.separate import Candidates, candidates, order_cells, separation, with_extension
+from loopscale.design.separate import (
+    CRITERION,
+    DELTA_PHI_ONLY,
+    Candidates,
+    candidates,
+    order_cells,
+    separation,
+    with_extension,
+)
 from loopscale.errors import UserError
 from loopscale.pairs.effects import Pairs, analyse_pairs, base_law, pooled_cluster_sd
 from loopscale.pairs.results import (
@@ -65,6 +73,7 @@ from loopscale.recipes import Recipe, check_recipe, recorded_recipe
 PRICE_FILE = "price.json"
 MIN_PAIRS = 4
 PLANS = ("separate", "delta_phi")
+CHOSEN_BY = {"separate": CRITERION, "delta_phi": DELTA_PHI_ONLY}
 
 
 @dataclass(frozen=True)
@@ -133,10 +142,10 @@ class PriceSettings:
             check_template(self.trainer)
 
 
-def plan_price(settings: PriceSettings, extend: bool = False) -> PriceSchedule:
-    """The base's law and noise (``plan_pairs``), its cells (and, with ``extend``, a base extension's:
-    ``design.separate.candidates``) in greedy order, how many fit the hour cap, the looks and their boundary
-    (simulated on the plan's pairs under its null truths)."""
+def plan_order(settings: PriceSettings, extend: bool = False) -> tuple[PairPlan, Candidates, tuple, tuple]:
+    """The base's law and noise (``plan_pairs``), the cells a plan may pair at (with ``extend``, a base
+    extension's too: ``design.separate.candidates``), their greedy order under ``settings.plan`` and the
+    cumulative wall hours on the workers each cell of it reaches."""
     from loopscale.sweep.results import read_results
 
     settings.validate()
@@ -153,6 +162,13 @@ def plan_price(settings: PriceSettings, extend: bool = False) -> PriceSchedule:
         rows = np.flatnonzero((cells.table.r > 1) | plain)
         order = order_cells(cells, rows, plan.sigma_pair, plan.cluster_sd, len(rows))
     hours = tuple((np.cumsum(cells.cost[list(order)]) / settings.workers / 3600).tolist())
+    return plan, cells, order, hours
+
+
+def plan_price(settings: PriceSettings, extend: bool = False) -> PriceSchedule:
+    """The plan's cells in greedy order (``plan_order``), how many fit the hour cap, the looks and their
+    boundary (simulated on the plan's pairs under its null truths) and what the pairs separate."""
+    plan, cells, order, hours = plan_order(settings, extend)
     most = pairs_within(hours, settings.max_hours, settings.workers)
     # a plan with extension cells is simulated as it would run once they are in the base (the law refitted)
     trained = with_extension(plan, cells, order[:most], settings.restarts, settings.seed)
@@ -166,7 +182,9 @@ def plan_price(settings: PriceSettings, extend: bool = False) -> PriceSchedule:
         sizes=tuple(1 - level for level in boundary.levels),
         hours=hours[:most],
         boundary=boundary,
-        separation=separation(cells, order[:most], plan.sigma_pair, plan.cluster_sd),
+        separation=separation(
+            cells, order[:most], plan.sigma_pair, plan.cluster_sd, CHOSEN_BY[settings.plan]
+        ),
     )
     return PriceSchedule(plan, cells, order, hours, sim, looks, tuple(nulls))
 

@@ -53,6 +53,7 @@ TERM_SIZES = {"every": 0.03, "offset": 0.03, "delta_phi": 0.08, "width": 0.06}
 TERMS = tuple(TERM_SIZES)
 PRIOR_SCALE = 10.0  # a term no cell informs counts as an SE of 10 × its size
 CRITERION = "A-optimal per hour: sum over every, offset, delta phi, width of (design SE / size)^2"
+DELTA_PHI_ONLY = "delta phi's SE beyond an offset per hour (the plan before issue 51)"
 
 
 @dataclass(frozen=True)
@@ -131,12 +132,15 @@ def order_cells(
     return tuple(chosen)
 
 
-def separation(c: Candidates, rows, sd: float, cluster_sd: float) -> PlanSeparation:
+def separation(
+    c: Candidates, rows, sd: float, cluster_sd: float, chosen_by: str = CRITERION
+) -> PlanSeparation:
     """What the pairs at ``rows`` tell apart, as the analysis reads them (least squares, the known-Σ
     sandwich, no prior): the cosine of the offset and ∂L/∂φ columns over the looped pairs and the condition
     number of the pair of unit columns (as ``pairs.effects.separability``), the SE of Δφ beyond an offset
     (columns [1, ∂L/∂φ] over the looped pairs), and each term's SE in the rule's model (every only with
-    r = 1 pairs; the width slope beyond it, with three widths at least). None: not estimable."""
+    r = 1 pairs; the width slope beyond it, with three widths at least). None: not estimable. ``chosen_by``:
+    the criterion that chose the rows."""
     rows = np.asarray(rows, int)
     looped = c.table.r[rows] > 1
     g = c.slope[rows][looped]
@@ -154,7 +158,7 @@ def separation(c: Candidates, rows, sd: float, cluster_sd: float) -> PlanSeparat
         ses["width"] = float(np.sqrt(known_sandwich(x[:, full], cov)[-1, -1]))
     beyond = known_sandwich(x[looped][:, [1, 2]], known_covariance(c.cluster[rows][looped], sd, cluster_sd))
     return PlanSeparation(
-        criterion=CRITERION,
+        criterion=chosen_by,
         cosine=cosine,
         condition=condition,
         se_delta_phi=float(math.sqrt(beyond[1, 1])),
