@@ -273,6 +273,7 @@ def test_extension_planning_writes_nothing_into_the_base(tmp_path, capsys):
     out.parent.mkdir()
     cells = [(2e13, 64, 1), (2e13, 64, 8), (3.2e12, 96, 2)]
     _write_extension(out, BASE, cells)
+    assert "r = 1 anchors" in capsys.readouterr().out
     spec = yaml.safe_load(out.read_text())
     assert spec["model"] == yaml.safe_load((BASE / "sweep.yaml").read_text())["model"]
     from loopscale.config import from_dict
@@ -280,5 +281,6 @@ def test_extension_planning_writes_nothing_into_the_base(tmp_path, capsys):
     from loopscale.sweep.spec import SweepSpec
 
     runs = plan_sweep(from_dict(SweepSpec, spec, "ext"))
-    assert sorted((u.budget, u.width, u.r, u.seed) for u in runs) == sorted((*c, 0) for c in cells)
+    anchor = (3.2e12, 96, 1)  # the plain run at each new (budget, width): the law check's anchor
+    assert sorted((u.budget, u.width, u.r, u.seed) for u in runs) == sorted((*c, 0) for c in [*cells, anchor])
     assert sorted((p, p.stat().st_mtime_ns) for p in BASE.rglob("*")) == before

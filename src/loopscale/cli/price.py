@@ -139,7 +139,7 @@ def cmd_price(args: argparse.Namespace) -> int:
         looks, power, cells = dry_run(settings, extend=args.extend is not None)
         print("\n".join(dry_run_lines(recipe.name, args.reuse, args.workers, looks, power)))
         if args.extend is not None:
-            _write_extension(args.extend, args.reuse, cells)
+            _write_extension(args.extend, args.reuse, cells, args.workers)
         return 0
     if args.extend is not None:
         raise UserError("--extend plans a base extension: give it with --dry-run, then train its spec")
@@ -175,20 +175,29 @@ def _check_extend(path: Path, base: Path, plan: str) -> None:
     check_output(path, "--extend", folder=False)
 
 
-def _write_extension(path: Path, base: Path, cells) -> None:
-    """The extension's base runs (``cells``) as a sweep spec with the base's template, at ``path``."""
-    from loopscale.config import dump_yaml, load_yaml
-    from loopscale.design.separate import extension_spec
+def _write_extension(path: Path, base: Path, cells, workers: int = 2) -> None:
+    """The extension's base runs as a sweep spec with the base's template, at ``path``: the plan's ``cells``
+    ((budget FLOPs, width, r)) and the r = 1 run at each of their (budget, width), the law's plain anchor
+    there (the published law is checked at it, and a recipe that changes plain models pairs with it)."""
+    from loopscale.config import dump_yaml, from_dict, load_yaml
+    from loopscale.design.separate import extension_seconds, extension_spec
     from loopscale.io import atomic_write_text
+    from loopscale.sweep.plan import plan_sweep
+    from loopscale.sweep.results import read_results
+    from loopscale.sweep.spec import SweepSpec
 
     if not cells:
         print(f"the plan picks no extension cell within the hour cap: {path} is not written")
         return
-    spec = extension_spec(load_yaml(base / "sweep.yaml"), cells, f"{base.name}-ext")
+    anchors = {(b, w, 1) for b, w, _ in cells}
+    spec = extension_spec(load_yaml(base / "sweep.yaml"), sorted({*cells, *anchors}), f"{base.name}-ext")
+    runs = plan_sweep(from_dict(SweepSpec, spec, str(path)))
+    hours = float(extension_seconds(read_results(base / "results.csv"), runs).sum()) / workers / 3600
     atomic_write_text(path, dump_yaml(spec))
     print(
-        f"wrote {path}: {len(cells)} base run(s) the plan pairs at; train them once with `loopscale sweep "
-        f"{path} --out {base.parent / (base.name + '-ext')}`"
+        f"wrote {path}: {len(runs)} base runs ({len(cells)} the plan pairs at, the rest r = 1 anchors), "
+        f"≈ {hours:.2f} h on {workers} workers by the base's measured cost; train them once with "
+        f"`loopscale sweep {path} --out {base.parent / (base.name + '-ext')} --workers {workers}`"
     )
 
 
