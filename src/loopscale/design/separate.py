@@ -265,9 +265,10 @@ def candidates(plan: PairPlan, rows: list[dict], cost: np.ndarray, extend: bool)
 
 def with_extension(plan: PairPlan, c: Candidates, rows, restarts: int, seed: int) -> PairPlan:
     """``plan`` as it would stand once the extension cells among ``rows`` are trained and published with the
-    base: the base law refitted on the base's runs and those cells at the law's own prediction (their true
-    losses are unknown; where the law holds there, this is the law's uncertainty the pairs would then read).
-    The pairs' noise stays the base's."""
+    base: the base law refitted on the base's runs and those cells, each at the law's own prediction times
+    exp(ε), ε drawn (``seed``) with the sd of the base's own log residuals (their true losses are unknown;
+    where the law holds there as well as on the base, this is the law's uncertainty the pairs would then
+    read). The pairs' noise stays the base's."""
     import dataclasses
 
     from loopscale.fit.fitter import fit_law
@@ -276,7 +277,9 @@ def with_extension(plan: PairPlan, c: Candidates, rows, restarts: int, seed: int
     if not new:
         return plan
     cells = c.table.subset(np.array(new))
-    cells = dataclasses.replace(cells, loss=plan.fit.predict_table(cells))
+    spread = float(np.std(np.log(plan.table.loss / plan.fit.predict_table(plan.table)), ddof=1))
+    draw = np.random.default_rng(seed + 51).normal(0.0, spread, len(new))
+    cells = dataclasses.replace(cells, loss=plan.fit.predict_table(cells) * np.exp(draw))
     table = _concat(plan.table, cells)
     return dataclasses.replace(plan, table=table, fit=fit_law(table, restarts=restarts, seed=seed))
 
