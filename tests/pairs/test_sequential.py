@@ -247,3 +247,22 @@ def test_each_variant_run_names_the_base_run_it_pairs_with(tmp_path):
         assert Path(path).parent == BASE / "runs"
         group, cell = variant.split("_", 1)  # the group prefix apart, a run's name is its cell (and seed)
         assert row["run"].split("_", 1)[1].startswith(cell) and group.endswith(f"-s{row['seed']}")
+
+
+def test_a_separating_plan_prints_its_separation_and_pairs_the_variants_r1_runs(tmp_path, monkeypatch):
+    """``--plan separate`` for a recipe that changes plain models (issue 51): the start prints the plan's
+    cosine, condition number and Δφ's SE beyond an offset, price.json stores them (``plan.separation``) and
+    the plan itself, and the variant's r = 1 runs pair with the base's r = 1 runs, so the analysis can tell
+    an every-model change from an offset."""
+    calls: list = []
+    _fake_training(monkeypatch, -0.08, calls)
+    lines: list = []
+    result = price(_settings(tmp_path, plan="separate"), echo=lines.append)
+    sep = result.plan.separation
+    assert sep is not None and sep.plain >= 1 and sep.criterion.startswith("A-optimal")
+    said = next(line for line in lines if "separation (" in line)
+    assert f"cosine {sep.cosine:.3f}" in said and f"condition number {sep.condition:.2f}" in said
+    assert f"beyond an offset {sep.se_delta_phi:.4f}" in said
+    saved = read_price(tmp_path / "price" / "price.json")
+    assert saved.plan.separation == sep and saved.settings["plan"] == "separate"
+    assert "every" in result.effects.available and result.effects.anchors == "paired"

@@ -313,8 +313,8 @@ def price(settings: PriceSettings, echo=print) -> PriceResult:
 
     recipe, saved = settings.recipe, settings.out / PRICE_FILE
     recorded = recorded_recipe(read_price(saved).settings) if saved.is_file() else recipe
-    if saved.is_file() and "plan" not in read_price(saved).settings:  # begun before issue 51: its plan
-        settings = dataclasses.replace(settings, plan="delta_phi")
+    if saved.is_file():  # a resumed price keeps its plan (one begun before issue 51: the delta_phi plan)
+        settings = dataclasses.replace(settings, plan=read_price(saved).settings.get("plan", "delta_phi"))
     if recorded != recipe:  # a resumed price prices the recipe it began with
         raise UserError(f"{settings.out} prices recipe {recorded.name} ({' '.join(recorded.overrides)}), not "
                         f"{recipe.name} ({' '.join(recipe.overrides)}): resume it with that recipe, or give "
