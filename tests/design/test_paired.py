@@ -254,7 +254,7 @@ def test_extension_planning_writes_nothing_into_the_base(tmp_path, capsys):
     from loopscale.cli.price import _write_extension
 
     before = sorted((p, p.stat().st_mtime_ns) for p in BASE.rglob("*"))
-    args = ["price", "parcae", "--reuse", str(BASE)]
+    args = ["price", "parcae", "--reuse", str(BASE), "--plan", "separate"]
     taken = tmp_path / "taken.yaml"
     taken.write_text("mine\n")
     for extra, said in [
@@ -266,6 +266,10 @@ def test_extension_planning_writes_nothing_into_the_base(tmp_path, capsys):
         assert main([*args, *extra]) == 2
         err = capsys.readouterr().err.strip()
         assert said in err and len(err.splitlines()) == 1
+    with pytest.raises(SystemExit) as stop:  # argparse's own one line
+        main([*args, "--dry-run", "--plan", "bogus"])
+    err = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and "invalid choice" in err and len(err.splitlines()) == 1
     assert (
         taken.read_text() == "mine\n" and not (tmp_path / "o").exists() and not (tmp_path / "e.yaml").exists()
     )

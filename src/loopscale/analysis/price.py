@@ -113,8 +113,8 @@ class PriceSettings:
     boundary: str = "obf"  # the looks' boundary family (pairs.sequential.SHAPES)
     sequences: int = 1000  # simulated sequences per truth for the boundary and the plan's power
     trainer: str | None = None  # another trainer's command (the run contract, docs/contract.md)
-    # which cells first: "separate" (design.separate's criterion; `loopscale price`'s default) or
-    # "delta_phi" (the plan every price ran before issue 51, so a caller's or a published arm's price replays)
+    # which cells first: "separate" (design.separate's criterion) or "delta_phi" (the plan every published
+    # price ran, so a caller's or a published arm's price replays as it was)
     plan: str = "delta_phi"
 
     def validate(self) -> None:

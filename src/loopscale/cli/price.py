@@ -60,10 +60,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="train nothing: print the plan's looks, boundary and power, and the hours 80%% power needs",
     )  # fmt: skip
     p.add_argument(
-        "--plan", choices=("separate", "delta_phi"), default="separate",
+        "--plan", choices=("separate", "delta_phi"), default="delta_phi",
         help="which cells first: the power to name each term (every model, offset, delta phi beyond an "
         "offset, width slope) per hour (separate), or delta phi's SE beyond an offset alone (delta_phi, "
-        "the plan before issue 51); a resumed price keeps the plan it began with",
+        "the plan of every published price; default); a resumed price keeps the plan it began with",
     )  # fmt: skip
     p.add_argument(
         "--extend", type=Path, metavar="SPEC",
