@@ -1,12 +1,13 @@
 """``loopscale price RECIPE --reuse BASE``: what a recipe does to looped models, from seed-matched pairs
 trained in batches against a published base, re-read after every batch, stopping honestly (issue 41).
 
-1. **Plan.** The base's cells in the order ``design.separate.order_cells`` adds them (the power to name
-   each term, every model, offset, Δφ beyond an offset and the width slope, per second of the base run's
-   measured wall time; r = 1 cells pair the variant's own r = 1 run with the base's), or with ``plan
-   "delta_phi"`` the looped cells in ``design.paired.pick_pairs``' order (Δφ's precision beyond an offset
-   alone, the plan of every price before issue 51), cut where the training would pass the hour cap
-   (single-thread seconds / workers). At least 4 pairs must fit.
+1. **Plan.** The base's looped cells in ``design.paired.pick_pairs``' order (``plan "delta_phi"``, the
+   default and every published price's plan: Δφ's precision beyond an offset per second of the base run's
+   measured wall time), or with ``plan "separate"`` the base's cells in the order
+   ``design.separate.order_cells`` adds them (the power to name each term, every model, offset, Δφ beyond
+   an offset and the width slope, per second; r = 1 cells pair the variant's own r = 1 run with the
+   base's), cut where the training would pass the hour cap (single-thread seconds / workers). At least 4
+   pairs must fit.
 2. **Looks.** After the first 4 pairs, then after every ``batch`` more: the variant runs of the cells so
    far are trained (a sweep folder that grows by one group per pair, each with the base run's seed; a rerun
    resumes it and replays the looks), collected, and analysed (``pairs.effects.analyse_pairs``) with every
