@@ -143,10 +143,13 @@ class PriceSettings:
             check_template(self.trainer)
 
 
-def plan_order(settings: PriceSettings, extend: bool = False) -> tuple[PairPlan, Candidates, tuple, tuple]:
+def plan_order(
+    settings: PriceSettings, extend: bool = False, start=()
+) -> tuple[PairPlan, Candidates, tuple, tuple]:
     """The base's law and noise (``plan_pairs``), the cells a plan may pair at (with ``extend``, a base
-    extension's too: ``design.separate.candidates``), their greedy order under ``settings.plan`` and the
-    cumulative wall hours on the workers each cell of it reaches."""
+    extension's too: ``design.separate.candidates``), their greedy order under ``settings.plan`` (the
+    separating plan from ``start``, rows already paired, kept first) and the cumulative wall hours on the
+    workers each cell of it reaches."""
     from loopscale.sweep.results import read_results
 
     settings.validate()
@@ -161,15 +164,15 @@ def plan_order(settings: PriceSettings, extend: bool = False) -> tuple[PairPlan,
     else:  # r = 1 cells only for a recipe that makes a plain model (not one that needs loops)
         plain = takes_plain(settings.recipe, base.spec, cells.table)
         rows = np.flatnonzero((cells.table.r > 1) | plain)
-        order = order_cells(cells, rows, plan.sigma_pair, plan.cluster_sd, len(rows))
+        order = order_cells(cells, rows, plan.sigma_pair, plan.cluster_sd, len(rows), start=start)
     hours = tuple((np.cumsum(cells.cost[list(order)]) / settings.workers / 3600).tolist())
     return plan, cells, order, hours
 
 
-def plan_price(settings: PriceSettings, extend: bool = False) -> PriceSchedule:
+def plan_price(settings: PriceSettings, extend: bool = False, start=()) -> PriceSchedule:
     """The plan's cells in greedy order (``plan_order``), how many fit the hour cap, the looks and their
     boundary (simulated on the plan's pairs under its null truths) and what the pairs separate."""
-    plan, cells, order, hours = plan_order(settings, extend)
+    plan, cells, order, hours = plan_order(settings, extend, start)
     most = pairs_within(hours, settings.max_hours, settings.workers)
     # a plan with extension cells is simulated as it would run once they are in the base (the law refitted)
     trained = with_extension(plan, cells, order[:most], settings.restarts, settings.seed)
@@ -314,14 +317,19 @@ def price(settings: PriceSettings, echo=print) -> PriceResult:
 
     recipe, saved = settings.recipe, settings.out / PRICE_FILE
     recorded = recorded_recipe(read_price(saved).settings) if saved.is_file() else recipe
-    if saved.is_file():  # a resumed price keeps its plan (one begun before issue 51: the delta_phi plan)
-        settings = dataclasses.replace(settings, plan=read_price(saved).settings.get("plan", "delta_phi"))
+    start: tuple[int, ...] = ()
+    if saved.is_file():  # a resumed price keeps a separating plan, and turns separating when asked to:
+        # then its pairs so far come first, in their order, and the criterion continues from them
+        begun = read_price(saved).settings.get("plan", "delta_phi")  # before issue 51: delta_phi
+        settings = dataclasses.replace(settings, plan="separate" if "separate" in (begun, settings.plan)
+                                       else "delta_phi")  # fmt: skip
+        start = paired_rows(settings) if settings.plan == "separate" else ()
     if recorded != recipe:  # a resumed price prices the recipe it began with
         raise UserError(f"{settings.out} prices recipe {recorded.name} ({' '.join(recorded.overrides)}), not "
                         f"{recipe.name} ({' '.join(recipe.overrides)}): resume it with that recipe, or give "
                         "another --out")
     _check_recipe(settings)
-    schedule = plan_price(settings)
+    schedule = plan_price(settings, start=start)
     looks = schedule.looks
     name = f"price-{recipe.name}"
     power = plan_power(schedule, settings, search=False)
@@ -457,6 +465,25 @@ def dry_run(
         if cells.extension[i]
     ]
     return schedule.looks, plan_power(schedule, settings, search=True), ext
+
+
+def paired_rows(settings: PriceSettings) -> tuple[int, ...]:
+    """The base table's rows of the pairs ``settings.out``'s sweep already plans (one group per pair, its
+    cell and seed), in pair order; () where the folder holds no sweep yet."""
+    from loopscale.sweep.rundir import SPEC_FILE, open_sweep
+
+    if not (settings.out / SPEC_FILE).is_file():
+        return ()
+    table = read_base(settings.base).table
+    cells = zip(table.budget, table.width, table.r, table.seed)
+    index = {(float(b), float(w), int(r), float(s)): i for i, (b, w, r, s) in enumerate(cells)}
+    rows = []
+    for run in open_sweep(settings.out)[1]:
+        key = (float(run.budget), float(run.width), int(run.r), float(run.seed))
+        if key not in index:
+            raise UserError(f"{settings.out}: pair {run.name} has no base run in {settings.base} at its cell")
+        rows.append((int(run.group.removeprefix("pair").split("-")[0]), index[key]))
+    return tuple(i for _, i in sorted(rows))
 
 
 def _pairs_with(settings: PriceSettings, schedule: PriceSchedule) -> dict[str, str]:

@@ -63,7 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--plan", choices=("separate", "delta_phi"), default="delta_phi",
         help="which cells first: the power to name each term (every model, offset, delta phi beyond an "
         "offset, width slope) per hour (separate), or delta phi's SE beyond an offset alone (delta_phi, "
-        "the plan of every published price; default); a resumed price keeps the plan it began with",
+        "the plan of every published price; default); a price begun on delta_phi and resumed with separate "
+        "keeps its pairs first and continues from them; one begun separating stays so",
     )  # fmt: skip
     p.add_argument(
         "--extend", type=Path, metavar="SPEC",
