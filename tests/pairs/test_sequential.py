@@ -247,3 +247,56 @@ def test_each_variant_run_names_the_base_run_it_pairs_with(tmp_path):
         assert Path(path).parent == BASE / "runs"
         group, cell = variant.split("_", 1)  # the group prefix apart, a run's name is its cell (and seed)
         assert row["run"].split("_", 1)[1].startswith(cell) and group.endswith(f"-s{row['seed']}")
+
+
+def test_a_separating_plan_prints_its_separation_and_pairs_the_variants_r1_runs(tmp_path, monkeypatch):
+    """``--plan separate`` for a recipe that changes plain models (issue 51): the start prints the plan's
+    cosine, condition number and Δφ's SE beyond an offset, price.json stores them (``plan.separation``) and
+    the plan itself, and the variant's r = 1 runs pair with the base's r = 1 runs, so the analysis can tell
+    an every-model change from an offset."""
+    calls: list = []
+    _fake_training(monkeypatch, -0.08, calls)
+    lines: list = []
+    result = price(_settings(tmp_path, plan="separate"), echo=lines.append)
+    sep = result.plan.separation
+    assert sep is not None and sep.plain >= 1 and sep.criterion.startswith("A-optimal")
+    said = next(line for line in lines if "separation (" in line)
+    assert f"cosine {sep.cosine:.3f}" in said and f"condition number {sep.condition:.2f}" in said
+    assert f"beyond an offset {sep.se_delta_phi:.4f}" in said
+    saved = read_price(tmp_path / "price" / "price.json")
+    assert saved.plan.separation == sep and saved.settings["plan"] == "separate"
+    assert "every" in result.effects.available and result.effects.anchors == "paired"
+
+
+def test_a_price_begun_on_the_old_plan_turns_separating_from_its_own_pairs(tmp_path, monkeypatch):
+    """``--plan separate`` on a folder begun with the delta_phi plan (every published arm): its pairs so far
+    stay first, in their order, so every look replays on the same cells, and the criterion continues from
+    them; asked for delta_phi again, it stays separating."""
+    from dataclasses import replace
+
+    import loopscale.sweep.runner
+    from loopscale.analysis.price import paired_rows
+    from loopscale.config import dump_yaml
+
+    calls: list = []
+    _fake_training(monkeypatch, 0.0, calls)
+    fake = loopscale.sweep.runner.run_sweep
+
+    def run_sweep(spec, out, workers=None, pairs=None):  # and its spec on disk, as the real one writes it
+        done = fake(spec, out, workers, pairs)
+        if spec is not None:
+            (Path(out) / "sweep.yaml").write_text(dump_yaml(spec))
+        return done
+
+    monkeypatch.setattr(loopscale.sweep.runner, "run_sweep", run_sweep)
+    old = price(_settings(tmp_path), echo=lambda line: None)
+    first = paired_rows(_settings(tmp_path))
+    assert len(first) == old.looks[-1].pairs == 8
+    assert first == plan_price(_settings(tmp_path)).order[:8]
+    longer = {"max_hours": 0.5}
+    new = price(replace(_settings(tmp_path, plan="separate"), **longer), echo=lambda line: None)
+    rows = paired_rows(_settings(tmp_path))
+    assert rows[:8] == first and len(rows) >= new.looks[-1].pairs
+    assert new.settings["plan"] == "separate" and new.plan.separation.criterion.startswith("A-optimal")
+    again = price(replace(_settings(tmp_path), **longer), echo=lambda line: None)
+    assert again.settings["plan"] == "separate" and again.looks == new.looks

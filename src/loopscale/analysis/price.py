@@ -1,9 +1,13 @@
 """``loopscale price RECIPE --reuse BASE``: what a recipe does to looped models, from seed-matched pairs
 trained in batches against a published base, re-read after every batch, stopping honestly (issue 41).
 
-1. **Plan.** The base's looped cells in the order ``design.paired.pick_pairs`` adds them (most precision of
-   Δφ beyond an offset per unit of the base run's measured wall time), cut where the training would pass
-   the hour cap (single-thread seconds / workers). At least 4 pairs must fit.
+1. **Plan.** The base's looped cells in ``design.paired.pick_pairs``' order (``plan "delta_phi"``, the
+   default and every published price's plan: Δφ's precision beyond an offset per second of the base run's
+   measured wall time), or with ``plan "separate"`` the base's cells in the order
+   ``design.separate.order_cells`` adds them (the power to name each term, every model, offset, Δφ beyond
+   an offset and the width slope, per second; r = 1 cells pair the variant's own r = 1 run with the
+   base's), cut where the training would pass the hour cap (single-thread seconds / workers). At least 4
+   pairs must fit.
 2. **Looks.** After the first 4 pairs, then after every ``batch`` more: the variant runs of the cells so
    far are trained (a sweep folder that grows by one group per pair, each with the base run's seed; a rerun
    resumes it and replays the looks), collected, and analysed (``pairs.effects.analyse_pairs``) with every
@@ -34,6 +38,15 @@ from pathlib import Path
 import numpy as np
 
 from loopscale.design.paired import PairPlan, plan_pairs, read_base, variant_spec
+from loopscale.design.separate import (
+    CRITERION,
+    DELTA_PHI_ONLY,
+    Candidates,
+    candidates,
+    order_cells,
+    separation,
+    with_extension,
+)
 from loopscale.errors import UserError
 from loopscale.pairs.effects import Pairs, analyse_pairs, base_law, pooled_cluster_sd
 from loopscale.pairs.results import (
@@ -60,17 +73,21 @@ from loopscale.recipes import Recipe, check_recipe, recorded_recipe
 
 PRICE_FILE = "price.json"
 MIN_PAIRS = 4
+PLANS = ("separate", "delta_phi")
+CHOSEN_BY = {"separate": CRITERION, "delta_phi": DELTA_PHI_ONLY}
 
 
 @dataclass(frozen=True)
 class PriceSchedule:
-    """``plan_price``: the pairs' plan (``plan_pairs``), every looped cell of the base in greedy order with
-    the cumulative wall hours it reaches, the simulator of their pairs (``plan_simulator``), the looks
-    (``PricePlan``: at most ``most`` pairs, the counts, the boundary, the planned hours) and the null
-    sequences the boundary was scaled on."""
+    """``plan_price``: the pairs' plan (``plan_pairs``), the cells it may pair at (``Candidates``: the base's
+    rows first, then any extension cells) in greedy order with the cumulative wall hours each reaches, the
+    simulator of their pairs (``plan_simulator``), the looks (``PricePlan``: at most ``most`` pairs, the
+    counts, the boundary, the planned hours, what they separate) and the null sequences the boundary was
+    scaled on."""
 
     pairs: PairPlan
-    order: tuple[int, ...]  # rows of the base table, every looped cell
+    cells: Candidates
+    order: tuple[int, ...]  # rows of ``cells.table`` (= the base table's rows for base cells)
     hours: tuple[float, ...]  # wall hours on the workers once each cell of ``order`` is trained
     sim: Simulator
     looks: PricePlan
@@ -97,6 +114,9 @@ class PriceSettings:
     boundary: str = "obf"  # the looks' boundary family (pairs.sequential.SHAPES)
     sequences: int = 1000  # simulated sequences per truth for the boundary and the plan's power
     trainer: str | None = None  # another trainer's command (the run contract, docs/contract.md)
+    # which cells first: "separate" (design.separate's criterion) or "delta_phi" (the plan every published
+    # price ran, so a caller's or a published arm's price replays as it was)
+    plan: str = "delta_phi"
 
     def validate(self) -> None:
         for name in ("max_hours", "alpha", "prior_df"):
@@ -113,6 +133,8 @@ class PriceSettings:
             raise UserError(f"--bootstrap must be at least 2, got {self.bootstrap}")
         if self.boundary not in SHAPES:
             raise UserError(f"--boundary must be one of {', '.join(SHAPES)}, got {self.boundary!r}")
+        if self.plan not in PLANS:
+            raise UserError(f"--plan must be one of {', '.join(PLANS)}, got {self.plan!r}")
         if self.sequences < 100:
             raise UserError(f"--sequences must be at least 100, got {self.sequences}")
         if self.trainer is not None:
@@ -121,19 +143,40 @@ class PriceSettings:
             check_template(self.trainer)
 
 
-def plan_price(settings: PriceSettings) -> PriceSchedule:
-    """The base's law and noise (``plan_pairs``), every looped cell in greedy order, how many fit the hour
-    cap, the looks and their boundary (simulated on the plan's pairs under its null truths)."""
+def plan_order(
+    settings: PriceSettings, extend: bool = False, start=()
+) -> tuple[PairPlan, Candidates, tuple, tuple]:
+    """The base's law and noise (``plan_pairs``), the cells a plan may pair at (with ``extend``, a base
+    extension's too: ``design.separate.candidates``), their greedy order under ``settings.plan`` (the
+    separating plan from ``start``, rows already paired, kept first) and the cumulative wall hours on the
+    workers each cell of it reaches."""
+    from loopscale.sweep.results import read_results
+
     settings.validate()
     base = read_base(settings.base)
     looped = int((base.table.r > 1).sum())
     plan = plan_pairs(settings.base, count=looped, restarts=settings.restarts, seed=settings.seed)
-    order = tuple(plan.picked.order)
     if plan.cost_unit != "s":
         raise UserError(f"the base {settings.base} records no wall times: the hour cap cannot be priced")
-    hours = tuple((np.cumsum(base.cost[list(order)]) / settings.workers / 3600).tolist())
+    cells = candidates(plan, read_results(settings.base / "results.csv"), base.cost, extend)
+    if settings.plan == "delta_phi":
+        order = tuple(plan.picked.order)
+    else:  # r = 1 cells only for a recipe that makes a plain model (not one that needs loops)
+        plain = takes_plain(settings.recipe, base.spec, cells.table)
+        rows = np.flatnonzero((cells.table.r > 1) | plain)
+        order = order_cells(cells, rows, plan.sigma_pair, plan.cluster_sd, len(rows), start=start)
+    hours = tuple((np.cumsum(cells.cost[list(order)]) / settings.workers / 3600).tolist())
+    return plan, cells, order, hours
+
+
+def plan_price(settings: PriceSettings, extend: bool = False, start=()) -> PriceSchedule:
+    """The plan's cells in greedy order (``plan_order``), how many fit the hour cap, the looks and their
+    boundary (simulated on the plan's pairs under its null truths) and what the pairs separate."""
+    plan, cells, order, hours = plan_order(settings, extend, start)
     most = pairs_within(hours, settings.max_hours, settings.workers)
-    sim = plan_simulator(plan, order, settings.bootstrap, settings.seed)
+    # a plan with extension cells is simulated as it would run once they are in the base (the law refitted)
+    trained = with_extension(plan, cells, order[:most], settings.restarts, settings.seed)
+    sim = plan_simulator(trained, cells.table, order, settings.bootstrap, settings.seed)
     counts = look_counts(MIN_PAIRS, settings.batch, most)
     nulls = null_sequences(sim, counts, settings)
     boundary = scaled_boundary(nulls, most, available_terms(sim), settings.alpha, settings.boundary)
@@ -143,8 +186,38 @@ def plan_price(settings: PriceSettings) -> PriceSchedule:
         sizes=tuple(1 - level for level in boundary.levels),
         hours=hours[:most],
         boundary=boundary,
+        separation=separation(
+            cells, order[:most], plan.sigma_pair, plan.cluster_sd, CHOSEN_BY[settings.plan]
+        ),
     )
-    return PriceSchedule(plan, order, hours, sim, looks, tuple(nulls))
+    return PriceSchedule(plan, cells, order, hours, sim, looks, tuple(nulls))
+
+
+def takes_plain(recipe: Recipe, spec: dict, cells) -> bool:
+    """Whether the recipe changes a plain (r = 1) model, so that its own r = 1 runs pair with the base's
+    and pin an every-model change: its overrides make a valid r = 1 run at every r = 1 width of ``cells`` (a
+    RunTable; Parcae's injection needs r ≥ 2) that differs from the base's run there (truncated BPTT leaves
+    an r = 1 run as it was: a pair of two identical runs tells nothing)."""
+    from loopscale.config import from_dict
+    from loopscale.sweep.plan import plan_sweep
+    from loopscale.sweep.spec import SweepSpec
+
+    widths = sorted({int(w) for w, r in zip(cells.width, cells.r) if r == 1})
+    try:
+        check_recipe(recipe, spec, [(w, 1) for w in widths])
+    except UserError:
+        return False
+    changes = recipe.changes()
+    if not widths or changes.get("train"):
+        return bool(widths)
+    keys = ("batch_tokens", "model", "train", "nproc")
+    group = {"name": "plain", "rs": [1], "grid": [{"budget": 1e12, "widths": [widths[0]]}]}
+    models = [
+        plan_sweep(from_dict(SweepSpec, {"name": "p", **{k: spec[k] for k in keys if k in spec},
+                                         "groups": [{**group, **extra}]}, "plain"))[0].model
+        for extra in ({}, changes)
+    ]  # fmt: skip
+    return models[0] != models[1]
 
 
 def pairs_within(hours, max_hours: float, workers: int) -> int:
@@ -160,11 +233,11 @@ def pairs_within(hours, max_hours: float, workers: int) -> int:
     return most
 
 
-def plan_simulator(plan: PairPlan, order, resamples: int, seed: int) -> Simulator:
-    """Simulated pairs at the cells of ``order`` (plan order) as ``price`` starts: errors with the base's
-    seed noise and the base law's (r, width) misfit, taken as known, read through ``resamples`` base-law
-    bootstrap draws."""
-    runs = plan.table.subset(np.array(order))
+def plan_simulator(plan: PairPlan, cells, order, resamples: int, seed: int) -> Simulator:
+    """Simulated pairs at the rows ``order`` (plan order) of ``cells`` (a RunTable: the base's, or the base's
+    and an extension's) as ``price`` starts: errors with the base's seed noise and the base law's (r, width)
+    misfit, taken as known, read through ``resamples`` base-law bootstrap draws."""
+    runs = cells.subset(np.array(order))
     keys = sorted({(int(r), float(w)) for r, w in zip(runs.r, runs.width)})
     cluster = np.array([keys.index((int(r), float(w))) for r, w in zip(runs.r, runs.width)])
     law = base_law(plan.fit, plan.table, Pairs(runs, runs, cluster, keys), resamples, seed)
@@ -244,12 +317,19 @@ def price(settings: PriceSettings, echo=print) -> PriceResult:
 
     recipe, saved = settings.recipe, settings.out / PRICE_FILE
     recorded = recorded_recipe(read_price(saved).settings) if saved.is_file() else recipe
+    start: tuple[int, ...] = ()
+    if saved.is_file():  # a resumed price keeps a separating plan, and turns separating when asked to:
+        # then its pairs so far come first, in their order, and the criterion continues from them
+        begun = read_price(saved).settings.get("plan", "delta_phi")  # before issue 51: delta_phi
+        settings = dataclasses.replace(settings, plan="separate" if "separate" in (begun, settings.plan)
+                                       else "delta_phi")  # fmt: skip
+        start = paired_rows(settings) if settings.plan == "separate" else ()
     if recorded != recipe:  # a resumed price prices the recipe it began with
         raise UserError(f"{settings.out} prices recipe {recorded.name} ({' '.join(recorded.overrides)}), not "
                         f"{recipe.name} ({' '.join(recipe.overrides)}): resume it with that recipe, or give "
                         "another --out")
     _check_recipe(settings)
-    schedule = plan_price(settings)
+    schedule = plan_price(settings, start=start)
     looks = schedule.looks
     name = f"price-{recipe.name}"
     power = plan_power(schedule, settings, search=False)
@@ -369,11 +449,41 @@ def plan_power(schedule: PriceSchedule, settings: PriceSettings, search: bool = 
     )  # fmt: skip
 
 
-def dry_run(settings: PriceSettings) -> tuple[PricePlan, PlanPower]:
-    """``price --dry-run``: the plan at ``settings.max_hours`` (its looks and boundary) and its power with
-    the hours each truth's target power needs; trains and writes nothing."""
-    schedule = plan_price(settings)
-    return schedule.looks, plan_power(schedule, settings, search=True)
+def dry_run(
+    settings: PriceSettings, extend: bool = False
+) -> tuple[PricePlan, PlanPower, list[tuple[float, int, int]]]:
+    """``price --dry-run``: the plan at ``settings.max_hours`` (its looks, boundary and separation) and its
+    power with the hours each truth's target power needs, and, with ``extend`` (base extension cells among
+    the candidates), the extension's (budget FLOPs, width, r) cells within the hour cap: the base runs to
+    train first (``design.separate.extension_spec``). Trains and writes nothing."""
+    schedule = plan_price(settings, extend)
+    cells, most = schedule.cells, schedule.looks.most
+    t = cells.table
+    ext = [
+        (float(t.budget[i]), int(t.width[i]), int(t.r[i]))
+        for i in schedule.order[:most]
+        if cells.extension[i]
+    ]
+    return schedule.looks, plan_power(schedule, settings, search=True), ext
+
+
+def paired_rows(settings: PriceSettings) -> tuple[int, ...]:
+    """The base table's rows of the pairs ``settings.out``'s sweep already plans (one group per pair, its
+    cell and seed), in pair order; () where the folder holds no sweep yet."""
+    from loopscale.sweep.rundir import SPEC_FILE, open_sweep
+
+    if not (settings.out / SPEC_FILE).is_file():
+        return ()
+    table = read_base(settings.base).table
+    cells = zip(table.budget, table.width, table.r, table.seed)
+    index = {(float(b), float(w), int(r), float(s)): i for i, (b, w, r, s) in enumerate(cells)}
+    rows = []
+    for run in open_sweep(settings.out)[1]:
+        key = (float(run.budget), float(run.width), int(run.r), float(run.seed))
+        if key not in index:
+            raise UserError(f"{settings.out}: pair {run.name} has no base run in {settings.base} at its cell")
+        rows.append((int(run.group.removeprefix("pair").split("-")[0]), index[key]))
+    return tuple(i for _, i in sorted(rows))
 
 
 def _pairs_with(settings: PriceSettings, schedule: PriceSchedule) -> dict[str, str]:

@@ -60,6 +60,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="train nothing: print the plan's looks, boundary and power, and the hours 80%% power needs",
     )  # fmt: skip
     p.add_argument(
+        "--plan", choices=("separate", "delta_phi"), default="delta_phi",
+        help="which cells first: the power to name each term (every model, offset, delta phi beyond an "
+        "offset, width slope) per hour (separate), or delta phi's SE beyond an offset alone (delta_phi, "
+        "the plan of every published price; default); a price begun on delta_phi and resumed with separate "
+        "keeps its pairs first and continues from them; one begun separating stays so",
+    )  # fmt: skip
+    p.add_argument(
+        "--extend", type=Path, metavar="SPEC",
+        help="with --dry-run: let the plan add base runs the base lacks (widths 16, 96, 128 and budget 2e13 "
+        "beside the base's) and write the sweep spec of those it picks here, to train once with "
+        "`loopscale sweep SPEC --out EXT_DIR` (never into the base)",
+    )  # fmt: skip
+    p.add_argument(
         "--trainer",
         metavar="CMD",
         help="train the variant runs with this command through the run contract (docs/contract.md)",
@@ -112,6 +125,7 @@ def cmd_price(args: argparse.Namespace) -> int:
         boundary=args.boundary,
         sequences=args.sequences,
         trainer=args.trainer,
+        plan=args.plan,
     )
     if args.dry_run:  # reads the base only: writes nothing anywhere
         from loopscale.analysis.price import dry_run
@@ -121,8 +135,15 @@ def cmd_price(args: argparse.Namespace) -> int:
             raise UserError("--dry-run and --render exclude each other: --render re-renders a finished price")
         settings.validate()
         require_input(args.reuse, "--reuse base sweep", folder=True)
-        print("\n".join(dry_run_lines(recipe.name, args.reuse, args.workers, *dry_run(settings))))
+        if args.extend is not None:
+            _check_extend(args.extend, args.reuse, settings.plan)
+        looks, power, cells = dry_run(settings, extend=args.extend is not None)
+        print("\n".join(dry_run_lines(recipe.name, args.reuse, args.workers, looks, power)))
+        if args.extend is not None:
+            _write_extension(args.extend, args.reuse, cells, args.workers)
         return 0
+    if args.extend is not None:
+        raise UserError("--extend plans a base extension: give it with --dry-run, then train its spec")
     if not args.render:  # a folder loopscale did not create is refused before anything else is read
         from loopscale.io import check_output
 
@@ -138,6 +159,47 @@ def cmd_price(args: argparse.Namespace) -> int:
         return 0
     price(settings)
     return 0
+
+
+def _check_extend(path: Path, base: Path, plan: str) -> None:
+    """Refuse an extension spec path inside the base (the base is the user's: never written), one that
+    exists (never overwritten) or a plan that cannot use it, before the plan is fitted."""
+    from loopscale.errors import UserError
+    from loopscale.io import check_output
+
+    if plan != "separate":
+        raise UserError("--extend needs --plan separate: the delta_phi plan ranks the base's own cells only")
+    if path.resolve().is_relative_to(base.resolve()):
+        raise UserError(f"--extend {path}: is inside the base {base}; write the extension's spec elsewhere")
+    if path.exists():
+        raise UserError(f"--extend {path}: exists; give a new file (an extension spec is never overwritten)")
+    check_output(path, "--extend", folder=False)
+
+
+def _write_extension(path: Path, base: Path, cells, workers: int = 2) -> None:
+    """The extension's base runs as a sweep spec with the base's template, at ``path``: the plan's ``cells``
+    ((budget FLOPs, width, r)) and the r = 1 run at each of their (budget, width), the law's plain anchor
+    there (the published law is checked at it, and a recipe that changes plain models pairs with it)."""
+    from loopscale.config import dump_yaml, from_dict, load_yaml
+    from loopscale.design.separate import extension_seconds, extension_spec
+    from loopscale.io import atomic_write_text
+    from loopscale.sweep.plan import plan_sweep
+    from loopscale.sweep.results import read_results
+    from loopscale.sweep.spec import SweepSpec
+
+    if not cells:
+        print(f"the plan picks no extension cell within the hour cap: {path} is not written")
+        return
+    anchors = {(b, w, 1) for b, w, _ in cells}
+    spec = extension_spec(load_yaml(base / "sweep.yaml"), sorted({*cells, *anchors}), f"{base.name}-ext")
+    runs = plan_sweep(from_dict(SweepSpec, spec, str(path)))
+    hours = float(extension_seconds(read_results(base / "results.csv"), runs).sum()) / workers / 3600
+    atomic_write_text(path, dump_yaml(spec))
+    print(
+        f"wrote {path}: {len(runs)} base runs ({len(cells)} the plan pairs at, the rest r = 1 anchors), "
+        f"≈ {hours:.2f} h on {workers} workers by the base's measured cost; train them once with "
+        f"`loopscale sweep {path} --out {base.parent / (base.name + '-ext')} --workers {workers}`"
+    )
 
 
 def cmd_eval_depth(args: argparse.Namespace) -> int:

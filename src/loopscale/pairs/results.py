@@ -362,17 +362,38 @@ class Boundary(Record):
 
 
 @dataclass(frozen=True)
+class PlanSeparation(Record):
+    """How well a plan's pairs tell the terms apart before any is trained (``design.separate``): the
+    criterion that chose them, the cosine of the offset and ∂L/∂φ columns over its looped pairs and their
+    condition number, the design SE of Δφ beyond an offset (φ), each term's design SE in the rule's model
+    (every and offset in nats, the width slope in nats per decade of width; None: not estimable), all under
+    the pairs' known errors (the base law's uncertainty comes on top), and how many of its pairs are r = 1
+    pairs (``plain``) or need a base extension run (``extension``)."""
+
+    criterion: str
+    cosine: float
+    condition: float
+    se_delta_phi: float
+    se_every: float | None
+    se_offset: float | None
+    se_width: float | None
+    plain: int
+    extension: int
+
+
+@dataclass(frozen=True)
 class PricePlan(Record):
     """The looks planned: at most ``most`` pairs within the hour cap, a look after each count of pairs in
     ``counts`` at its test size (one minus its interval level), and the planned hours each pair reaches.
     ``boundary``: the looks' critical values; None in plans that spent α by Lan–DeMets (Pocock type) with a
-    union bound, before issue 49."""
+    union bound, before issue 49. ``separation``: what the plan's pairs tell apart (issue 51)."""
 
     most: int
     counts: tuple[int, ...]
     sizes: tuple[float, ...]
     hours: tuple[float, ...]
     boundary: Boundary | None = None
+    separation: PlanSeparation | None = None  # absent in plans before issue 51
 
 
 @dataclass(frozen=True)

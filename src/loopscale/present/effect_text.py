@@ -200,7 +200,7 @@ def effect_sentence(e: PairedEffects) -> str:
     shape = f"not one constant along width: looped {_width_profile(e, True)}" + (
         f", plain {_width_profile(e, False)}" if "every" in e.terms else ""
     )
-    shape += f" ({_trend_text(e)})"
+    shape += f" ({_trend_text(e)})" if e.trend is not None else ""  # no trend under 3 widths
     tested = _tests_text(e)
     anchors = (
         "" if e.anchors == "paired"

@@ -6,6 +6,7 @@ from loopscale.pairs.results import (
     Boundary,
     PairedEffects,
     PlanPower,
+    PlanSeparation,
     PooledClusterSd,
     PricePlan,
     PriceResult,
@@ -96,13 +97,30 @@ def boundary_text(b: Boundary, most: int) -> str:
 def plan_lines(plan: PricePlan, power: PlanPower | None = None) -> list[str]:
     """The plan's looks: each look's pairs, critical value and interval level, then its power."""
     b = plan.boundary
-    lines = [boundary_text(b, plan.most)]
+    separated = [] if plan.separation is None else [separation_text(plan.separation)]
+    lines = [boundary_text(b, plan.most), *separated]
     lines += [
         f"look {k + 1}: {n} pairs, critical value {c:.3f}, intervals at {100 * level:.2f}%, a wrong name by "
         f"this look {spent:.3f}"
         for k, (n, c, level, spent) in enumerate(zip(plan.counts, b.critical, b.levels, b.spent))
     ]
     return lines + ([] if power is None else power_lines(power))
+
+
+def separation_text(s: PlanSeparation) -> str:
+    """What the plan's pairs tell apart before any is trained: the cosine and condition number of the offset
+    and ∂L/∂φ columns, Δφ's design SE beyond an offset, and each term's."""
+
+    def se(v: float | None, unit: str) -> str:
+        return "not estimable" if v is None else f"{v:.4f}{unit}"
+
+    mix = f"{s.plain} r = 1 pair(s)" + (f", {s.extension} on base extension runs" if s.extension else "")
+    return (
+        f"separation ({mix}; cells chosen by {s.criterion}): offset vs dL/dphi cosine {s.cosine:.3f}, "
+        f"condition number {s.condition:.2f}; design SE of delta phi beyond an offset {s.se_delta_phi:.4f}, "
+        f"offset {se(s.se_offset, ' nats')}, every model {se(s.se_every, ' nats')}, width slope "
+        f"{se(s.se_width, ' nats/decade')} (the pairs' known errors; the base law's uncertainty comes on top)"
+    )
 
 
 def dry_run_lines(recipe: str, base, workers: int, plan: PricePlan, power: PlanPower) -> list[str]:
@@ -137,7 +155,7 @@ def power_table(power: PlanPower) -> tuple[list[str], list[list[str]]]:
         if row.named_as != row.term:
             truth += " (named as an offset: the plan trains no r = 1 pairs, so it cannot tell it from one)"
         if row.pairs is None:
-            need = f"not within all {power.most_pairs} of the base's looped cells ({power.most_hours:.2f} h)"
+            need = f"not within all {power.most_pairs} cells the plan may pair at ({power.most_hours:.2f} h)"
         else:
             need = f"{row.pairs} pairs ({row.hours:.2f} h)"
         rows.append([truth, f"{row.power:.2f}", *([need] if searched else [])])
