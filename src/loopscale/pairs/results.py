@@ -104,6 +104,7 @@ class ModelFit(Record):
     ci: dict[str, Pair]
     cancelling: bool
     terms: tuple[Term, ...]
+    se_test: dict[str, float] | None = None  # SE₀, the term's own part taken out (None: read before issue 49)
 
     def value(self, term: str) -> float:
         return {"every": self.every, "offset": self.offset, "delta_phi": self.delta_phi}[term]
