@@ -101,6 +101,7 @@ def binomial_se(count: int, arms: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--arms", type=int, default=10, help="arms per effect")
+    parser.add_argument("--first-seed", type=int, default=0, help="arm seeds run from here (more arms)")
     parser.add_argument("--iid", type=float, default=0.015)
     parser.add_argument("--group", type=float, default=0.005)
     parser.add_argument("--resamples", type=int, default=200)
@@ -123,7 +124,7 @@ def main() -> None:
             continue
         chosen, wrong, wrong_alone, named, disagree, varies, shapes, beside = [], 0, 0, 0, 0, 0, {}, 0
         truth = {TRUE_SHAPES[k] for k in effect if k in TRUE_SHAPES}
-        for seed in range(args.arms):
+        for seed in range(args.first_seed, args.first_seed + args.arms):
             variant = variant_arm(base, fit, effect, args.iid, args.group, seed)
             doc = analyse_pairs(
                 base, variant, fit, base_resamples=args.resamples, simulations=args.simulations, seed=seed
