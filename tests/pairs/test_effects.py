@@ -23,6 +23,7 @@ from loopscale.pairs.results import PairedEffects
 from loopscale.pairs.rule import (
     Simulator,
     base_law_parts,
+    cluster_means,
     cluster_robust,
     inverted_interval,
     known_covariance,
@@ -358,6 +359,12 @@ def test_a_tokens_only_verdict_claims_no_more_than_its_test():
     assert "is what the base law predicts from its N and D" in effect_sentence(truncated)
 
 
+def test_cluster_means_are_each_clusters_mean_and_leave_no_within_spread():
+    cluster = np.array([0, 0, 1, 2, 2, 2])
+    resid = np.array([[1.0, 3.0, 5.0, 0.0, 3.0, 6.0], [0.0, 0.0, 1.0, 1.0, 1.0, 1.0]])
+    np.testing.assert_allclose(cluster_means(resid, cluster), [[2, 2, 5, 3, 3, 3], [0, 0, 1, 1, 1, 1]])
+
+
 def test_noise_components_match_the_balanced_one_way_anova_in_closed_form():
     """Balanced one-way random effects (G clusters of m): the moment estimates are σ²_e = MS_within and
     σ²_c = (MS_between − MS_within)/m, and the upper bound is (G − 1)·MS_between/χ²_{G−1}(0.10)/m."""
@@ -426,7 +433,8 @@ def test_the_inverted_interval_holds_zero_exactly_when_the_test_does_not_reject(
 
 def test_the_simulated_base_law_variance_is_each_draws_refit_of_the_fitted_change():
     """Simulator.base_variance against a direct loop: each table's fitted change (token part + the model
-    at its estimates, no noise) refitted by least squares under every draw's columns."""
+    at its estimates + the (r, width) pattern left, no iid noise) refitted by least squares under every
+    draw's columns."""
     rng = np.random.default_rng(4)
     n, draws, tables = 24, 7, 5
     looped = np.arange(n) % 4 != 0
@@ -440,9 +448,10 @@ def test_the_simulated_base_law_variance_is_each_draws_refit_of_the_fitted_chang
     pick = rng.integers(0, draws, tables)
     x = sim.columns(terms, sim.slope_draws[pick])
     beta = rng.normal(0, 0.1, (tables, 2))
-    null, cross, scale = sim.base_variance(terms, beta, x, pick)
+    left = cluster_means(rng.normal(0, 0.01, (tables, n)), cluster)
+    null, cross, scale = sim.base_variance(terms, beta, x, pick, left)
     for s in range(tables):
-        fitted = token_draws[pick[s]] + x[s] @ beta[s]
+        fitted = token_draws[pick[s]] + x[s] @ beta[s] + left[s]
         columns = [sim.columns(terms, sim.slope_draws[k]) for k in range(draws)]
         refits = np.array(
             [np.linalg.lstsq(c, fitted - t, rcond=None)[0] for c, t in zip(columns, token_draws)]

@@ -18,10 +18,10 @@ built from three terms (``pairs.rule.TERMS``):
 - ``delta_phi``: L̂(φ + Δφ) − L̂(φ) at the variant's run (∝ ∂L/∂φ for small Δφ: it grows with r, 0 at r = 1).
 
 Estimates: Gauss–Newton least squares on the pairs. SE² = a cluster-robust variance over the pairs' (r, width)
-clusters (CR1) + the variance of the model's fitted change refitted under each of the base law's
-random-effects bootstrap draws (the token part and ∂L/∂φ rest on the base's fit); the test reads it with the
-term at 0. Intervals and the rule that names a model: ``pairs.rule`` (one calibrated test per term; the
-interval is its inversion, so a named term's interval excludes 0).
+clusters (CR1) + the variance of the model's fitted change and the (r, width) pattern it leaves, refitted
+under each of the base law's random-effects bootstrap draws (the token part and ∂L/∂φ rest on the base's
+fit); the test reads it with the term at 0. Intervals and the rule that names a model: ``pairs.rule`` (one
+calibrated test per term; the interval is its inversion, so a named term's interval excludes 0).
 
 **What the design can identify** comes first: the offset and Δφ are not separable with one looped r, or where
 their columns are nearly collinear over the looped pairs (cosine above ``SEPARABLE_COS``); Δφ then leaves the
@@ -54,6 +54,7 @@ from loopscale.pairs.rule import (
     base_law_parts,
     calibrate,
     calibrate_rule,
+    cluster_means,
     cluster_robust,
     inverted_interval,
     known_covariance,
@@ -470,7 +471,8 @@ def _intervals(
     f: dict, m, excess, change, law: BaseLaw, pairs: Pairs, known, rule, t_df: int, sim: Simulator
 ) -> None:
     """Adds to fit ``f`` of model ``m``: "estimate", "se" (SE² = the pairs' CR1 or known-covariance variance
-    + the variance of the model's fitted change, noise-free, refitted under every base-law draw),
+    + the variance of the model's fitted change and its residuals' cluster means refitted under every
+    base-law draw),
     "se_pairs", "se_base_law", "se_test" (SE₀: the same with the term at 0, the SE its test reads;
     ``pairs.rule.base_law_parts``),
     "critical" (the rule's c where the rule tests this model, else ``t_critical``), "ci" (the values the
@@ -488,7 +490,8 @@ def _intervals(
         if known is None
         else known_sandwich(f["jacobian"], known)
     )
-    fitted = change - resid  # the model's change without the pairs' noise (CR1 above holds that)
+    # the model's change and the (r, width) pattern it leaves, without the iid noise (CR1 above holds that)
+    fitted = change - resid + cluster_means(resid, pairs.cluster)
     spread = _refits(m, fitted - sim.token_draws, law, pairs.looped)
     beta = np.array([f[t] for t in m])
     if len(spread) > 1:
