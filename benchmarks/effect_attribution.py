@@ -22,7 +22,7 @@ often a wrong term is named with the truth nowhere in the verdict, how often the
 the effect is not one constant along width, and how often each shape of ``pairs.shapes`` describes the
 pairs (lack of fit p ≥ 0.01).
 
-    nice python benchmarks/effect_attribution.py --arms 100 --out results/law-check/effect-attribution.json
+    nice python benchmarks/effect_attribution.py --arms 40 --out results/law-check/effect-attribution.json
 
 (``--effects`` runs some of them; ``--merge`` adds them to an existing ``--out``.)
 """
