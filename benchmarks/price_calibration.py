@@ -17,7 +17,7 @@ holding 0, coverage of the true model's intervals at the stop, and the share nam
 Targets (issue 49): wrong attribution in [α/2, α], coverage ≥ 1 − α, no term named with an interval
 holding 0.
 
-    nice python benchmarks/price_calibration.py --sequences 2000 \
+    nice python benchmarks/price_calibration.py --sequences 1000 \
         --out results/law-check/price-calibration.json
 """
 

@@ -21,7 +21,11 @@ from loopscale.pairs.compare import make_arms
 from loopscale.pairs.effects import analyse_pairs, match_pairs, with_base_fit
 from loopscale.pairs.results import PairedEffects
 from loopscale.pairs.rule import (
+    Simulator,
+    base_law_parts,
+    cluster_means,
     cluster_robust,
+    inverted_interval,
     known_covariance,
     least_squares,
     noise_components,
@@ -373,3 +377,108 @@ def test_a_tokens_only_verdict_claims_no_more_than_its_test():
         json.loads((RESULTS / "laptop-truncated-bptt" / "compare.json").read_text())["effects"]
     )
     assert "is what the base law predicts from its N and D" in effect_sentence(truncated)
+
+
+def test_cluster_means_are_each_clusters_mean_and_leave_no_within_spread():
+    cluster = np.array([0, 0, 1, 2, 2, 2])
+    resid = np.array([[1.0, 3.0, 5.0, 0.0, 3.0, 6.0], [0.0, 0.0, 1.0, 1.0, 1.0, 1.0]])
+    np.testing.assert_allclose(cluster_means(resid, cluster), [[2, 2, 5, 3, 3, 3], [0, 0, 1, 1, 1, 1]])
+
+
+def test_noise_components_match_the_balanced_one_way_anova_in_closed_form():
+    """Balanced one-way random effects (G clusters of m): the moment estimates are σ²_e = MS_within and
+    σ²_c = (MS_between − MS_within)/m, and the upper bound is (G − 1)·MS_between/χ²_{G−1}(0.10)/m."""
+    from scipy.stats import chi2
+
+    rng = np.random.default_rng(11)
+    groups, per = 12, 4
+    cluster = np.repeat(np.arange(groups), per)
+    y = rng.normal(0, 0.02, groups)[cluster] + rng.normal(0, 0.01, groups * per)
+    table = y.reshape(groups, per)
+    ms_within = ((table - table.mean(1, keepdims=True)) ** 2).sum() / (groups * (per - 1))
+    ms_between = per * ((table.mean(1) - table.mean()) ** 2).sum() / (groups - 1)
+    comp = noise_components(y, cluster, 0)
+    assert comp.iid == pytest.approx(ms_within, rel=1e-12)
+    assert comp.cluster == pytest.approx(max(0.0, (ms_between - ms_within) / per), rel=1e-12)
+    upper = (groups - 1) * ms_between / chi2.ppf(0.10, groups - 1) / per
+    assert comp.cluster_upper == pytest.approx(upper, rel=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), delta=st.floats(-2.0, 2.0))
+def test_base_law_parts_give_the_variance_of_the_refits_at_any_value(seed, delta):
+    """(null, cross, scale) rebuild var_k(u_k + δ·own_k) for every δ, u the refits with the term taken out;
+    a constant's own column (1 under every draw) leaves only ``null``."""
+    rng = np.random.default_rng(seed)
+    coefs, own, beta = (
+        rng.normal(size=(3, 30, 2)),
+        1 + 0.3 * rng.normal(size=(3, 30, 2)),
+        rng.normal(size=(3, 2)),
+    )
+    null, cross, scale = base_law_parts(coefs, own, beta)
+    direct = np.var(coefs - beta[:, None, :] * own + delta * own, axis=1, ddof=1)
+    np.testing.assert_allclose(null + 2 * delta * cross + delta**2 * scale, direct, rtol=1e-9, atol=1e-12)
+    flat = base_law_parts(coefs, np.ones_like(own), beta)
+    np.testing.assert_allclose(flat[0], np.var(coefs, axis=1, ddof=1), rtol=1e-12)
+    assert np.all(flat[1] == 0) and np.all(flat[2] == 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    beta=st.floats(-1.0, 1.0),
+    se=st.floats(0.01, 0.5),
+    cross=st.floats(-0.01, 0.01),
+    scale=st.floats(0.0, 0.3),
+    crit=st.floats(1.0, 3.0),
+)
+def test_the_inverted_interval_holds_zero_exactly_when_the_test_does_not_reject(beta, se, cross, scale, crit):
+    """The interval is the set the test does not reject: it holds 0 iff |β̂|/SE₀ ≤ c, holds β̂, its finite
+    ends solve (β̂ − δ)² = c²·SE(δ)², and with a known scale it is β̂ ± c·SE₀."""
+    cross = float(np.clip(cross, -se * math.sqrt(scale), se * math.sqrt(scale)))  # a valid variance in δ
+    lo, hi = (
+        float(v)
+        for v in inverted_interval(np.array(beta), np.array(se), np.array(cross), np.array(scale), crit)
+    )
+    if abs(abs(beta) / se - crit) > 1e-6:
+        assert (lo <= 0 <= hi) == (abs(beta) / se <= crit)
+    assert lo <= beta <= hi
+    for end in (lo, hi):
+        if math.isfinite(end):
+            assert (beta - end) ** 2 == pytest.approx(
+                crit**2 * (se**2 + 2 * cross * end + scale * end**2), abs=1e-9
+            )
+    known = inverted_interval(np.array(beta), np.array(se), np.array(0.0), np.array(0.0), crit)
+    np.testing.assert_allclose(known, [beta - crit * se, beta + crit * se], rtol=1e-12, atol=1e-12)
+
+
+def test_the_simulated_base_law_variance_is_each_draws_refit_of_the_fitted_change():
+    """Simulator.base_variance against a direct loop: each table's fitted change (token part + the model
+    at its estimates + the (r, width) pattern left, no iid noise) refitted by least squares under every
+    draw's columns."""
+    rng = np.random.default_rng(4)
+    n, draws, tables = 24, 7, 5
+    looped = np.arange(n) % 4 != 0
+    cluster = np.arange(n) // 2
+    slope_fit = -np.where(looped, 0.05 * (1 + np.arange(n) % 4), 0.0)
+    slope_draws = slope_fit * (1 + 0.2 * rng.normal(size=(draws, 1))) + 0.002 * rng.normal(size=(draws, n))
+    token_draws = 0.003 * rng.normal(size=(draws, n))
+    sim = Simulator(np.zeros(n), slope_fit, token_draws, slope_draws * looped, looped, cluster,
+                    {"iid": 1e-4, "cluster": 1e-5}, 11)  # fmt: skip
+    terms = ("offset", "delta_phi")
+    pick = rng.integers(0, draws, tables)
+    x = sim.columns(terms, sim.slope_draws[pick])
+    beta = rng.normal(0, 0.1, (tables, 2))
+    left = cluster_means(rng.normal(0, 0.01, (tables, n)), cluster)
+    null, cross, scale = sim.base_variance(terms, beta, x, pick, left)
+    for s in range(tables):
+        fitted = token_draws[pick[s]] + x[s] @ beta[s] + left[s]
+        columns = [sim.columns(terms, sim.slope_draws[k]) for k in range(draws)]
+        refits = np.array(
+            [np.linalg.lstsq(c, fitted - t, rcond=None)[0] for c, t in zip(columns, token_draws)]
+        )
+        own = np.array([np.linalg.lstsq(c, x[s], rcond=None)[0].diagonal() for c in columns])
+        np.testing.assert_allclose(null[s] + 2 * beta[s] * cross[s] + beta[s] ** 2 * scale[s],
+                                   refits.var(axis=0, ddof=1), rtol=1e-8, atol=1e-14)  # fmt: skip
+        np.testing.assert_allclose(scale[s], own.var(axis=0, ddof=1), rtol=1e-8, atol=1e-14)
+        # the test's variance: Δφ's refits with its own part taken out (its value under the null)
+        assert null[s][1] == pytest.approx(np.var(refits[:, 1] - beta[s, 1] * own[:, 1], ddof=1), rel=1e-8)

@@ -18,7 +18,13 @@ from loopscale.analysis.price import read_price
 from loopscale.pairs.case_study_results import read_case_study
 from loopscale.pairs.results import PairedEffects
 from loopscale.present.compare_text import case_study_verdict, format_compare
-from loopscale.present.effect_text import RULED_OUT_FROM, detectable_text, effect_sentence, ruled_out_text
+from loopscale.present.effect_text import (
+    RULED_OUT_FROM,
+    detectable_text,
+    effect_lines,
+    effect_sentence,
+    ruled_out_text,
+)
 from loopscale.present.price_text import price_verdict
 from loopscale.report.compare import effect_blocks
 
@@ -89,6 +95,29 @@ def test_with_plain_pairs_a_null_rules_out_a_change_of_every_model_too():
     said = effect_sentence(e)
     assert "and a change of every model below +0.002 or above +0.020 nats (estimate +0.010)" in said
     assert "the interval of an every-model change excludes 0, yet no term is named" in said
+
+
+def test_an_open_delta_phi_interval_is_said_to_be_unbounded_not_ruled_out():
+    """Issue 49 (2): where the base law leaves ∂L/∂φ's scale too uncertain, Δφ's inverted interval beside an
+    offset is recorded to its box, [−3, +3]: the words say it is unbounded (not identified beside an offset),
+    never that it rules out Δφ below −3 or above +3; a one-sided open interval rules out its closed side
+    only. Records read before issue 49 (no se_test) keep their words."""
+    e = read_price(RESULTS / "laptop-parcae" / "price.json").effects
+    full, alone = e.models["offset + delta phi"], e.models["delta phi"]
+    new = {t: 0.01 for t in full.terms}
+    full = dataclasses.replace(full, se_test=new, ci={**full.ci, "delta_phi": (-3.0, 3.0)})
+    alone = dataclasses.replace(alone, se_test={"delta_phi": 0.01}, ci={"delta_phi": (-3.0, 0.128)})
+    opened = dataclasses.replace(e, models={**e.models, "offset + delta phi": full, "delta phi": alone})
+    said = effect_sentence(opened)
+    assert "above +3.000" not in said and "below -3.000" not in said
+    assert "rule out delta phi above +0.128 (estimate +0.037) were it the only change" in said
+    assert "delta phi is not identified beside an offset by these pairs (its interval is unbounded" in said
+    lines = "\n".join(effect_lines(opened))
+    assert "[-3.000 (open), +3.000 (open)] (unbounded: not identified beside an offset by these" in lines
+    assert "the values the test does not reject (estimate +- c*SE for a constant)" in lines
+    old = "\n".join(effect_lines(e))  # a published record: estimate ± c·SE, as rendered then
+    assert "= estimate +- c*SE, c the" in old
+    assert "(open)" not in old and "unbounded" not in old
 
 
 def test_a_named_term_gets_no_null_sentence():

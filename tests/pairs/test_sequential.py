@@ -142,7 +142,7 @@ def test_price_stops_at_the_first_look_that_names_an_effect_and_writes_its_repor
     *before, last = result.looks  # O'Brien–Fleming-like: 4 pairs rarely name -0.08 nats, 6 do
     assert all(k.stop is None and not k.chosen_terms for k in before) and last.stop == "decided"
     assert calls == [k.pairs for k in result.looks] and {"offset"} <= set(result.effects.chosen_terms)
-    assert first.size < 0.04 and result.effects.ci_level == pytest.approx(1 - first.size)
+    assert first.size < 0.04 and result.effects.ci_level == pytest.approx(1 - last.size)  # the stop's level
     assert first.critical == result.plan.boundary.critical[0] > 2  # the boundary is strict at the first look
     saved = json.loads((tmp_path / "price" / "price.json").read_text())
     assert PriceResult.from_dict(saved) == result  # price.json is the typed result, read back whole

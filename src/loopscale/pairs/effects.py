@@ -18,9 +18,10 @@ built from three terms (``pairs.rule.TERMS``):
 - ``delta_phi``: L̂(φ + Δφ) − L̂(φ) at the variant's run (∝ ∂L/∂φ for small Δφ: it grows with r, 0 at r = 1).
 
 Estimates: Gauss–Newton least squares on the pairs. SE² = a cluster-robust variance over the pairs' (r, width)
-clusters (CR1) + the variance across the base law's random-effects bootstrap draws (the token part and ∂L/∂φ
-rest on the base's fit). Intervals and the rule that names a model: ``pairs.rule`` (one calibrated test
-per term; the interval is its inversion, so a named term's interval excludes 0).
+clusters (CR1) + the variance of the model's fitted change and the (r, width) pattern it leaves, refitted
+under each of the base law's random-effects bootstrap draws (the token part and ∂L/∂φ rest on the base's
+fit); the test reads it with the term at 0. Intervals and the rule that names a model: ``pairs.rule`` (one
+calibrated test per term; the interval is its inversion, so a named term's interval excludes 0).
 
 **What the design can identify** comes first: the offset and Δφ are not separable with one looped r, or where
 their columns are nearly collinear over the looped pairs (cosine above ``SEPARABLE_COS``); Δφ then leaves the
@@ -44,16 +45,19 @@ from loopscale.fit.bootstrap import random_effects_bootstrap
 from loopscale.fit.fitter import LawFit, design_for
 from loopscale.fit.law import PARAMS, PHI, log_prediction
 from loopscale.fit.table import RunTable
-from loopscale.pairs.results import PairedEffects, PooledClusterSd, Separability
+from loopscale.pairs.results import DELTA_BOX, PairedEffects, PooledClusterSd, Separability
 from loopscale.pairs.rule import (
     TERMS,
     TEST_LEVEL,
     UNATTRIBUTED,
     Simulator,
     at_boundary,
+    base_law_parts,
     calibrate,
     calibrate_rule,
+    cluster_means,
     cluster_robust,
+    inverted_interval,
     known_covariance,
     known_sandwich,
     model_name,
@@ -216,31 +220,48 @@ def base_law(fit: LawFit, table: RunTable, pairs: Pairs, resamples: int, seed: i
 # Fitting the effect models
 
 
-def _fit_effect(terms, excess: np.ndarray, law: BaseLaw, theta: np.ndarray, looped: np.ndarray) -> dict:
-    """Gauss–Newton least squares of the model of ``terms`` on the pairs' excess under base-law θ →
-    {"every", "offset", "delta_phi" (absent terms 0), "fitted" [n], "jacobian" [n, k] (columns in
-    ``TERMS`` order)}."""
-    n = len(excess)
+def _gauss_newton(terms, excess: np.ndarray, law: BaseLaw, thetas: np.ndarray, looped: np.ndarray) -> tuple:
+    """Gauss–Newton least squares of the model of ``terms`` on excesses [K, n], the k-th under base-law
+    θ_k (``thetas`` [K, P]), all at once → (constants [K, L] in ``TERMS`` order, Δφ [K], jacobian
+    [K, n, k], fitted excess [K, n])."""
+    count, n = excess.shape
     linear = [t for t in TERMS if t in terms and t != "delta_phi"]
     x = np.column_stack(
         [np.ones(n) if t == "every" else looped.astype(float) for t in linear] or [np.zeros((n, 0))]
     )
     phi = "delta_phi" in terms
-    coef, delta, jac = np.zeros(len(linear)), 0.0, x
+    coef, delta = np.zeros((count, len(linear))), np.zeros(count)
+    jac = np.broadcast_to(x, (count, *x.shape))
 
     def effect() -> np.ndarray:
-        return x @ coef + (law.phi_effect(theta, delta)[0] if phi else 0.0)
+        return coef @ x.T + (law.phi_effect(thetas, delta) if phi else 0.0)
 
     for _ in range((GN_ITER if phi else 1) if terms else 0):
-        jac = np.column_stack([x, law.phi_slope(theta, delta)[0]]) if phi else x
-        step, *_ = np.linalg.lstsq(jac, excess - effect(), rcond=None)
-        coef = coef + step[: len(linear)]
+        if phi:
+            jac = np.concatenate([jac[..., : len(linear)], law.phi_slope(thetas, delta)[..., None]], -1)
+        step = np.einsum("kin,kn->ki", np.linalg.pinv(jac), excess - effect())
+        coef = coef + step[:, : len(linear)]
         if phi:  # inside Δφ's box (compare.DELTA_BOUNDS): a flat direction cannot run off
-            delta = float(np.clip(delta + step[-1], -3.0, 3.0))
+            delta = np.clip(delta + step[:, -1], -DELTA_BOX, DELTA_BOX)
+    return coef, delta, jac, effect() + np.zeros((count, n))
+
+
+def _fit_effect(terms, excess: np.ndarray, law: BaseLaw, theta: np.ndarray, looped: np.ndarray) -> dict:
+    """``_gauss_newton`` of the model of ``terms`` on the pairs' excess [n] under base-law θ →
+    {"every", "offset", "delta_phi" (absent terms 0), "fitted" [n], "jacobian" [n, k] (columns in
+    ``TERMS`` order)}."""
+    coef, delta, jac, fitted = _gauss_newton(terms, excess[None], law, theta[None], looped)
     out = dict.fromkeys(TERMS, 0.0)
-    out.update({t: float(c) for t, c in zip(linear, coef)})
-    out["delta_phi"] = delta
-    return {**out, "fitted": effect() + np.zeros(n), "jacobian": jac}
+    out.update({t: float(c) for t, c in zip([t for t in TERMS if t in terms and t != "delta_phi"], coef[0])})
+    out["delta_phi"] = float(delta[0])
+    return {**out, "fitted": fitted[0], "jacobian": jac[0]}
+
+
+def _refits(terms, excess: np.ndarray, law: BaseLaw, looped: np.ndarray) -> np.ndarray:
+    """[K, k]: the model of ``terms`` (columns in ``terms``' order) refitted to excesses [K, n], the k-th
+    under the k-th base-law draw."""
+    coef, delta, _, _ = _gauss_newton(terms, excess, law, law.draws, looped)
+    return np.column_stack([*coef.T, delta] if "delta_phi" in terms else coef.T)
 
 
 def _contributions(m: dict, terms, law: BaseLaw, looped: np.ndarray) -> dict[str, np.ndarray]:
@@ -346,7 +367,7 @@ def analyse_pairs(
         rule = at_boundary(rule, critical)
     cluster_excess = np.abs(np.bincount(pairs.cluster, weights=excess) / np.bincount(pairs.cluster)).max()
     for m, f in fits.items():
-        _intervals(f, m, excess, change, law, pairs, known, rule, t_df, token_draws)
+        _intervals(f, m, excess, change, law, pairs, known, rule, t_df, sim)
         parts = _contributions(f, m, law, looped)
         f["cancelling"] = len(m) >= 2 and all(
             np.abs(v).max() > CANCEL_RATIO * cluster_excess for v in parts.values()
@@ -354,7 +375,7 @@ def analyse_pairs(
     observed = {
         m: (
             np.array([[fits[m]["estimate"][t] for t in m]]),
-            np.array([[max(fits[m]["se"][t], 1e-300) for t in m]]),
+            np.array([[max(fits[m]["se_test"][t], 1e-300) for t in m]]),
         )
         for m in submodels(available)
     }
@@ -374,7 +395,7 @@ def analyse_pairs(
         }
     }
     for t in available:
-        stat = abs(fits[available]["estimate"][t]) / max(fits[available]["se"][t], 1e-300)
+        stat = abs(fits[available]["estimate"][t]) / max(fits[available]["se_test"][t], 1e-300)
         tests[t] = {
             "statistic": stat,
             "critical": rule.term[available][t],
@@ -450,15 +471,20 @@ def analyse_pairs(
 
 
 def _intervals(
-    f: dict, m, excess, change, law: BaseLaw, pairs: Pairs, known, rule, t_df: int, token_draws
+    f: dict, m, excess, change, law: BaseLaw, pairs: Pairs, known, rule, t_df: int, sim: Simulator
 ) -> None:
     """Adds to fit ``f`` of model ``m``: "estimate", "se" (SE² = the pairs' CR1 or known-covariance variance
-    + the variance of refits under every base-law draw), "se_pairs", "se_base_law", "critical" (the rule's c
-    where the rule tests this model, else ``t_critical``), "ci" (estimate ± c·SE), "rss", "parameters"."""
+    + the variance of the model's fitted change and its residuals' cluster means refitted under every
+    base-law draw),
+    "se_pairs", "se_base_law", "se_test" (SE₀: the same with the term at 0, the SE its test reads;
+    ``pairs.rule.base_law_parts``),
+    "critical" (the rule's c where the rule tests this model, else ``t_critical``), "ci" (the values the
+    test does not reject, ``pairs.rule.inverted_interval``: estimate ± c·SE for a constant), "rss",
+    "parameters"."""
     resid = excess - f["fitted"]
     f["rss"] = float(np.sum(resid**2))
     f["parameters"] = len(m)
-    keys = ("estimate", "se", "se_pairs", "se_base_law", "critical", "ci")
+    keys = ("estimate", "se", "se_pairs", "se_base_law", "se_test", "critical", "ci")
     f.update({k: {} for k in keys})
     if not m:
         return
@@ -467,19 +493,31 @@ def _intervals(
         if known is None
         else known_sandwich(f["jacobian"], known)
     )
-    spread = np.array(
-        [
-            [_fit_effect(m, change - token_draws[j], law, law.draws[j], pairs.looped)[t] for t in m]
-            for j in range(len(law.draws))
-        ]
-    )
-    base_var = spread.var(axis=0, ddof=1) if len(spread) > 1 else np.zeros(len(m))
+    # the model's change and the (r, width) pattern it leaves, without the iid noise (CR1 above holds that)
+    fitted = change - resid + cluster_means(resid, pairs.cluster)
+    spread = _refits(m, fitted - sim.token_draws, law, pairs.looped)
+    beta = np.array([f[t] for t in m])
+    if len(spread) > 1:
+        # refits with a term at 0: a constant's moves by its estimate exactly; Δφ's is refitted (nonlinear)
+        at_zero = spread - beta
+        if "delta_phi" in m:
+            j = m.index("delta_phi")
+            without = fitted - law.phi_effect(law.theta, f["delta_phi"])[0]  # φ-effect at 0 is 0
+            at_zero[:, j] = _refits(m, without - sim.token_draws, law, pairs.looped)[:, j]
+        # own: the secant from the term at 0 to the term at its estimate, per draw
+        own = np.where(beta != 0, (spread - at_zero) / np.where(beta != 0, beta, 1.0), 1.0)
+        null, cross, scale = base_law_parts(spread, own, beta)
+    else:
+        null = cross = scale = np.zeros(len(m))
+    crit = np.array([rule.term.get(m, {}).get(t, t_critical(t_df, rule.level)) for t in m])
+    se_test = np.sqrt(np.diag(cov) + null)
+    lo, hi = inverted_interval(beta, se_test, cross, scale, crit)
     for j, t in enumerate(m):
-        se = math.sqrt(cov[j, j] + base_var[j])
-        c = rule.term.get(m, {}).get(t, t_critical(t_df, rule.level))
-        f["estimate"][t], f["se"][t], f["critical"][t] = f[t], se, c
-        f["se_pairs"][t], f["se_base_law"][t] = math.sqrt(cov[j, j]), math.sqrt(base_var[j])
-        f["ci"][t] = [f[t] - c * se, f[t] + c * se]
+        base_var = max(float(null[j] + 2 * beta[j] * cross[j] + beta[j] ** 2 * scale[j]), 0.0)
+        f["estimate"][t], f["se"][t], f["critical"][t] = f[t], math.sqrt(cov[j, j] + base_var), crit[j]
+        f["se_pairs"][t], f["se_base_law"][t] = math.sqrt(cov[j, j]), math.sqrt(base_var)
+        f["se_test"][t] = float(se_test[j])
+        f["ci"][t] = [float(max(lo[j], -DELTA_BOX)), float(min(hi[j], DELTA_BOX))]
 
 
 def _predicted_shifts(pairs: Pairs, law: BaseLaw, models: dict[str, dict]) -> list[dict]:

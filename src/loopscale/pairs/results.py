@@ -85,11 +85,17 @@ class Separability(Record):
     bound: float
 
 
+# |Δφ| the fits stay within (compare.DELTA_BOUNDS); an interval the base law leaves unbounded is recorded to
+# this edge (``pairs.effects``), and the words read an end there as open (``present.effect_text``)
+DELTA_BOX = 3.0
+
+
 @dataclass(frozen=True)
 class ModelFit(Record):
     """One effect model fitted to the excess: its terms' values (0 for a term it lacks), and per term the
-    estimate, SE (the pairs' and the base law's parts), the rule's critical value c and the interval
-    estimate ± c·SE; its residual sum of squares; whether its terms cancel each other."""
+    estimate, SE (the pairs' and the base law's parts), the rule's critical value c and the interval (the
+    values the test does not reject: estimate ± c·SE for a constant; before issue 49, estimate ± c·SE for
+    every term); its residual sum of squares; whether its terms cancel each other."""
 
     every: float
     offset: float
@@ -104,9 +110,19 @@ class ModelFit(Record):
     ci: dict[str, Pair]
     cancelling: bool
     terms: tuple[Term, ...]
+    se_test: dict[str, float] | None = None  # SE₀, the term's own part taken out (None: read before issue 49)
 
     def value(self, term: str) -> float:
         return {"every": self.every, "offset": self.offset, "delta_phi": self.delta_phi}[term]
+
+    def open_ends(self, term: str) -> tuple[bool, bool]:
+        """Which ends of ``term``'s interval are unbounded: Δφ's ends recorded at ``DELTA_BOX`` (the test
+        rejects no value beyond them). Intervals read before issue 49 (no ``se_test``) were estimate ± c·SE,
+        never open."""
+        if term != "delta_phi" or self.se_test is None:
+            return False, False
+        lo, hi = self.ci[term]
+        return lo <= -DELTA_BOX, hi >= DELTA_BOX
 
 
 @dataclass(frozen=True)

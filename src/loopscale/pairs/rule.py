@@ -1,17 +1,35 @@
-"""The rule that names a recipe's effect, and its calibration by simulation (pairs.effects; issues 36, 43).
+"""The rule that names a recipe's effect, and its calibration by simulation (pairs.effects; issues 36, 43,
+49).
 
 **One inference per claim.** Every term of every effect model gets one studentised statistic,
-|t| = |estimate| / SE, with the SE the report prints (cluster-robust CR1 over the pairs' (r, width) clusters,
-or the known-covariance sandwich, plus the variance across the base law's bootstrap draws). Its critical
-value c is simulated under the term's null (the model without the term, fitted to these pairs; where a Δφ
-remains, also at each reference size of Δφ). The printed interval is estimate ± c·SE: the set of values the
-same test does not reject (the statistic taken as pivotal), at level 1 − ``TEST_LEVEL`` (96%). So a term is
-named exactly when its printed interval excludes 0; the two cannot disagree. c is not floored at a t
-quantile: the SE counts the base law's error twice (once in the CR1 residuals, where a wrong token part
-leaves an (r, width) pattern, once in the draws' variance), and the simulation, which reads every table
-through a base-law draw, measures by how much (c ≈ 1.6–2.3 on the published arms, against t(11)'s 2.33).
-Whether the inverted interval covers where the truth is not 0 is checked, not assumed: the calibration
-table gives its coverage under every simulated truth.
+|t| = |estimate| / SE₀. SE₀² = the pairs' variance (cluster-robust CR1 over the (r, width) clusters, or the
+known-covariance sandwich) + the base law's variance **under the test's null**: the model's fitted change
+(token part + the model at its estimates) and the (r, width) pattern it leaves (its residuals' cluster
+means, ``cluster_means``), without the iid noise within clusters, refitted under each of the base law's
+bootstrap draws, with the tested term's own part taken out (``base_law_parts``). Its critical value c is
+simulated under the term's null (the model without the term, fitted to these pairs; where a Δφ remains, also
+at each reference size of Δφ), every simulated table read through a base-law draw and given the same
+statistic. The printed interval is the set of values δ the same test does not reject, {δ : |β̂ − δ| ≤
+c·SE(δ)} with SE(δ)² = SE₀² + 2δ·cross + δ²·scale, the base law's variance with the term put at δ
+(``inverted_interval``): estimate ± c·SE for a constant, whose column no draw changes; Fieller's interval for
+Δφ, whose scale (how far a unit of φ moves the loss) each draw reads differently. So a term is named exactly
+when its printed interval excludes 0; the two cannot disagree, and the calibration table checks coverage
+under every simulated truth.
+
+*Why (issue 49, measured on ``benchmarks/effect_attribution.py``).* Until then SE² was the CR1 variance + the
+variance of the observed change refitted under each draw, at the estimate. Two things in it cost the power
+to name a change of φ: (i) the refits re-read the pairs' noise through each draw's slightly different
+∂L/∂φ column, noise the CR1 part already counts (the docstring said so: "counts the base law's error
+twice"); (ii) at the estimate, the uncertainty of ∂L/∂φ's scale enters as Δφ̂²·var(scale), so |t| cannot
+exceed about 1/sd(scale) (0.5–0.6 on the published base beside an offset: |t| ≤ 1.6–2.0 whatever the
+pairs) while c was simulated under the null, where that part is 0. On arms with Δφ −0.15, the full model's
+Δφ SE was 0.06–0.10 of which the pairs' 0.01–0.02; the Δφ-only model's t, 2.7. Replacing the SE by CR1 alone
+(c re-simulated) named 8 of 8 such arms where the old rule named 2; simulating at the estimated rather than
+the bounded cluster noise named 3 (the bound is not the cause). The base law's uncertainty is not dropped:
+the part that is 0 under the null and grows with Δφ is in the interval, and the pattern the model leaves
+across (r, width) clusters stays in the test: each draw reads a misfit differently, and without it an arm
+whose truth lies outside the model (an offset with a width slope) had Δφ named on 37 of 60 arms, a data
+multiplier on 27 of 60.
 
 **The rule**, on each table (observed or simulated):
 
@@ -25,9 +43,11 @@ table gives its coverage under every simulated truth.
 full model's residuals by moments. The cluster variance rests on a dozen clusters and its estimate is often
 exactly 0; the simulations take an upper bound of it instead (``noise_components``: the one-sided
 ``NOISE_UPPER`` bound of the between-cluster mean square, all of it read as cluster variance), so that a
-null is never simulated with less structure than the pairs may have. The calibration table's truths are
-simulated with the same noise: its power is the power where the cluster noise is that large, a lower bound.
-A known error covariance (the demo's few pairs) is used as given.
+null is never simulated with less structure than the pairs may have. Issue 49 kept it: on arms with a
+known Δφ it cost little power (above), and an arm whose truth lies outside the model (a width slope, a data
+multiplier) leaves its misfit in the cluster means, which the bound keeps in the nulls. The calibration
+table's truths are simulated with the same noise: its power is the power where the cluster noise is that
+large, a lower bound. A known error covariance (the demo's few pairs) is used as given.
 """
 
 from __future__ import annotations
@@ -124,6 +144,50 @@ def least_squares(y: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return beta, y - np.einsum("...ni,...i->...n", x, beta)
 
 
+def cluster_means(resid: np.ndarray, cluster: np.ndarray) -> np.ndarray:
+    """[..., n]: each pair's (r, width) cluster mean of the residuals [..., n] (nats): the pattern a model
+    leaves across clusters, misfit and cluster noise, without the iid noise within them."""
+    member = np.eye(int(cluster.max()) + 1)[cluster]  # [n, G]
+    return (resid @ member / member.sum(axis=0)) @ member.T
+
+
+def base_law_parts(coefs: np.ndarray, own: np.ndarray, beta: np.ndarray) -> tuple:
+    """The base law's share of a coefficient's variance as a function of the value δ a test or an interval
+    puts the term at. ``coefs`` [..., K, k]: the model's fitted change (the law's token part and the
+    estimates ``beta`` [..., k], no noise) refitted under each of K base-law draws; ``own`` [..., K, k]: each
+    term's own column refitted so (1 for a constant; for Δφ, how the draw's ∂L/∂φ reads the fit's). With the
+    term's part taken out, u_k = coefs_k − β̂·own_k, the refit at δ is u_k + δ·own_k, whose variance is
+    ``null`` + 2δ·``cross`` + δ²·``scale`` → (null, cross, scale) [..., k]: var u, cov(u, own), var own
+    (nats² for constants; units of φ² for Δφ)."""
+    u = coefs - beta[..., None, :] * own
+    du, dv = u - u.mean(axis=-2, keepdims=True), own - own.mean(axis=-2, keepdims=True)
+    k = coefs.shape[-2]
+    return (du**2).sum(axis=-2) / (k - 1), (du * dv).sum(axis=-2) / (k - 1), (dv**2).sum(axis=-2) / (k - 1)
+
+
+def inverted_interval(
+    estimate: np.ndarray, se_null: np.ndarray, cross: np.ndarray, scale: np.ndarray, critical
+) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi) [...]: the values δ the term's test does not reject, {δ : (β̂ − δ)² ≤ c²·SE(δ)²} with
+    SE(δ)² = ``se_null``² + 2δ·``cross`` + δ²·``scale`` (``base_law_parts``; Fieller's interval for a
+    ratio, here of the excess to the base law's uncertain ∂L/∂φ). It holds 0 exactly when |β̂|/SE₀ ≤ c, and
+    is estimate ± c·SE where the term's scale is known (``cross`` = ``scale`` = 0). Where the base law
+    leaves the scale too uncertain (c²·scale ≥ 1) the set is unbounded: the side holding β̂ runs to ±inf."""
+    b, c2 = np.asarray(estimate, float), np.asarray(critical, float) ** 2
+    lead, half = 1.0 - c2 * scale, b + c2 * cross  # lead·δ² − 2·half·δ + (β̂² − c²SE₀²) ≤ 0
+    raw = half**2 - lead * (b**2 - c2 * se_null**2)
+    disc = np.maximum(raw, 0.0)
+    safe = np.where(np.abs(lead) > 1e-12, lead, 1e-12)
+    roots = np.sort(np.stack([(half - np.sqrt(disc)) / safe, (half + np.sqrt(disc)) / safe]), axis=0)
+    bounded = lead > 1e-12
+    upper_ray = b >= roots[1]  # unbounded: the set is two rays; the one holding β̂
+    lo = np.where(bounded, roots[0], np.where(upper_ray, roots[1], -np.inf))
+    hi = np.where(bounded, roots[1], np.where(upper_ray, np.inf, roots[0]))
+    everywhere = ~bounded & (raw < 0)  # the quadratic never rises above 0: no value is rejected
+    lo, hi = np.where(everywhere, -np.inf, lo), np.where(everywhere, np.inf, hi)
+    return lo, hi
+
+
 def t_critical(df: int, level: float = TEST_LEVEL) -> float:
     """t(df)'s two-sided ``level`` quantile: the critical value of |t| where nothing is simulated."""
     return float(t_dist.ppf(1 - level / 2, max(df, 1)))
@@ -173,38 +237,41 @@ class Simulator:
         change = self.token_fit + effect + errors
         return change, rng.integers(0, len(self.token_draws), count)
 
-    def estimates(self, terms, change: np.ndarray, pick: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Coefficients [S, k] and SEs [S, k] of model ``terms`` on tables ``change`` [S, n] read through
-        base-law draws ``pick`` [S]: SE² = the pairs' (CR1 or known) variance + the variance of the
-        coefficients across every base-law draw. The design is one per draw: (X'X)⁻¹, and with known errors
-        the whole sandwich, are computed per draw and looked up per table (no inverse per table)."""
-        designs = self.columns(terms, self.slope_draws)  # [K, n, k]
-        bread = np.linalg.pinv(np.einsum("kni,knj->kij", designs, designs))  # [K, k, k]
+    def estimates(self, terms, change: np.ndarray, pick: np.ndarray) -> tuple:
+        """Coefficients [S, k], test SEs SE₀ [S, k] and how the SE moves with the value the term is put at,
+        ``(cross, scale)`` [S, k] each (``base_law_parts``), of model ``terms`` on tables ``change``
+        [S, n] read through base-law draws ``pick`` [S]: SE₀² = the pairs' (CR1 or known) variance + the
+        base law's, with the term at 0 (the test's null; ``base_variance``)."""
+        designs = self.columns(terms, self.slope_draws)  # [K, n, k]: one design per draw, (X'X)⁻¹ per draw
+        bread = np.linalg.pinv(np.einsum("kni,knj->kij", designs, designs))  # looked up per table
         x, y = designs[pick], change - self.token_draws[pick]
         beta = np.einsum("sij,sj->si", bread[pick], np.einsum("sni,sn->si", x, y))
+        resid = y - np.einsum("sni,si->sn", x, beta)
         if self.known is None:
-            cov = cluster_robust(x, y - np.einsum("sni,si->sn", x, beta), self.cluster)
+            cov = cluster_robust(x, resid, self.cluster)
         else:
             cov = known_sandwich(designs, self.known)[pick]
-        return beta, np.sqrt(
-            np.maximum(np.einsum("sii->si", cov) + self.base_variance(terms, change), 1e-300)
-        )
+        null, cross, scale = self.base_variance(terms, beta, x, pick, cluster_means(resid, self.cluster))
+        return beta, np.sqrt(np.maximum(np.einsum("sii->si", cov) + null, 1e-300)), (cross, scale)
 
-    def base_variance(self, terms, change: np.ndarray) -> np.ndarray:
-        """[S, k]: variance of model ``terms``' coefficients across the base-law draws, each table's change
-        refitted under every draw. A refit is linear in the change, P_k·change − P_k·token_k, so the
-        variance is a quadratic form in it, c'A c − 2c'g + h, summed over the draws once: n² per table
-        instead of K·n (4× faster at 51 pairs and 200 draws)."""
+    def base_variance(
+        self, terms, beta: np.ndarray, x: np.ndarray, pick: np.ndarray, left: np.ndarray
+    ) -> tuple:
+        """``base_law_parts`` [S, k] each of model ``terms`` whose coefficients ``beta`` [S, k] were read on
+        columns ``x`` [S, n, k] through draws ``pick`` [S]: each table's fitted change and the (r, width)
+        pattern it leaves, ``left`` [S, n] (``cluster_means``; not the iid noise, which the pairs' variance
+        holds), refitted under every base-law draw."""
         if len(self.token_draws) < 2:
-            return np.zeros((len(change), len(terms)))
-        x = self.columns(terms, self.slope_draws)  # [K, n, k]
-        proj = np.einsum("kij,knj->kin", np.linalg.pinv(np.einsum("kni,knj->kij", x, x)), x)  # [K, k, n]
-        shift = np.einsum("kin,kn->ki", proj, self.token_draws)  # [K, k]
-        d, e, dof = proj - proj.mean(axis=0), shift - shift.mean(axis=0), len(proj) - 1
-        a = np.einsum("kin,kim->inm", d, d) / dof  # [k, n, n]
-        g = np.einsum("kin,ki->in", d, e) / dof  # [k, n]
-        quad = np.sum((change @ a) * change, axis=-1).T  # [S, k]
-        return np.maximum(quad - 2 * change @ g.T + np.sum(e**2, axis=0) / dof, 0.0)
+            return tuple(np.zeros(beta.shape) for _ in range(3))
+        xd = self.columns(terms, self.slope_draws)  # [K, n, k]
+        proj = np.einsum("kij,knj->kin", np.linalg.pinv(np.einsum("kni,knj->kij", xd, xd)), xd)  # [K, k, n]
+        draws, k, n = proj.shape
+        flat = proj.reshape(draws * k, n)  # one matrix product each (einsum over [S, K, k, k] is slow)
+        tokens = (flat @ (self.token_draws[pick] + left).T).T.reshape(-1, draws, k)
+        tokens -= np.einsum("kin,kn->ki", proj, self.token_draws)[None]
+        refit = (flat @ x.transpose(1, 0, 2).reshape(n, -1)).reshape(draws, k, -1, k).transpose(2, 0, 1, 3)
+        coefs = tokens + (refit * beta[:, None, None, :]).sum(-1)  # [S, K, k]
+        return base_law_parts(coefs, np.einsum("skjj->skj", refit), beta)
 
     def any_excess(self, terms, excess: np.ndarray, slope: np.ndarray) -> np.ndarray:
         """F ratio [S] of model ``terms`` against no excess on tables ``excess`` [S, n] with ∂L/∂φ ``slope``
@@ -317,7 +384,7 @@ def calibrate_rule(
             best, values = -math.inf, None
             for truth in null_truths(m, term, fitted):
                 change, pick = sim.tables(truth, count, rng)
-                beta, se = sim.estimates(m, change, pick)
+                beta, se, _ = sim.estimates(m, change, pick)
                 stats = np.abs(beta[:, j]) / se[:, j]
                 if values is None or float(np.quantile(stats, level)) > float(np.quantile(values, level)):
                     values = stats
@@ -330,18 +397,27 @@ def calibrate_rule(
 
 @dataclass(frozen=True)
 class RuleRun:
-    """The rule on ``S`` simulated tables (``run_rule``): the chosen model name per table [S] and every
-    submodel's fit {terms: (coefficients [S, k], SEs [S, k])}."""
+    """The rule on ``S`` simulated tables (``run_rule``): the chosen model name per table [S], every
+    submodel's fit {terms: (coefficients [S, k], test SEs SE₀ [S, k])} and how each SE moves with the
+    hypothesised value {terms: (cross [S, k], scale [S, k])} (``base_law_parts``; for ``interval``)."""
 
     chosen: np.ndarray
     fits: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]]
+    scales: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]]
+
+    def interval(self, rule: Rule, terms: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """(lo, hi) [S, k]: model ``terms``' printed intervals on every table (``inverted_interval``)."""
+        beta, se = self.fits[terms]
+        crit = np.array([rule.term[terms][t] for t in terms])
+        return inverted_interval(beta, se, *self.scales[terms], crit)
 
 
 def run_rule(sim: Simulator, rule: Rule, change: np.ndarray, pick: np.ndarray) -> RuleRun:
     """The rule on simulated tables ``change`` [S, n] read through base-law draws ``pick`` [S]."""
-    fits = {m: sim.estimates(m, change, pick) for m in submodels(rule.available)}
+    out = {m: sim.estimates(m, change, pick) for m in submodels(rule.available)}
+    fits = {m: (beta, se) for m, (beta, se, _) in out.items()}
     f_ratio = sim.any_excess(rule.available, change - sim.token_draws[pick], sim.slope_draws[pick])
-    return RuleRun(rule.decide(f_ratio, fits), fits)
+    return RuleRun(rule.decide(f_ratio, fits), fits, {m: parts for m, (_, _, parts) in out.items()})
 
 
 def truths(available: tuple[str, ...], fitted: dict) -> list[Truth]:
@@ -359,35 +435,33 @@ def calibrate(
 ) -> tuple[TruthCalibration, ...]:
     """What the rule says when each row of ``truths`` is the truth, on ``count`` simulated tables, one row
     per truth in ``truths``' order: the share per chosen model, wrong attribution (a term named that the
-    truth does not have), disagreement (a named term whose printed interval, estimate ± c·SE, holds 0: the
-    rule and its interval at odds), power (the true model named), each true term's power (named, alone or
-    with others) and coverage (the true model's interval holding the true value, per term)."""
+    truth does not have), disagreement (a named term whose printed interval, ``RuleRun.interval``, holds
+    0: the rule and its interval at odds), power (the true model named), each true term's power (named,
+    alone or with others) and coverage (the true model's interval holding the true value, per term)."""
     names = [TOKENS_ONLY, *(model_name(m) for m in submodels(rule.available)), UNATTRIBUTED]
     terms_of = {model_name(m): m for m in submodels(rule.available)}
     out = []
     for row in truths(rule.available, fitted):
         change, pick = sim.tables(row.truth, count, rng)
         run = run_rule(sim, rule, change, pick)
-        chosen, fits = run.chosen, run.fits
+        chosen = run.chosen
         wrong = np.zeros(count, bool)
         disagree = np.zeros(count, bool)
         named = {t: np.zeros(count, bool) for t in rule.available}
         for name, m in terms_of.items():
             rows = chosen == name
-            beta, se = fits[m]
+            lo, hi = run.interval(rule, m)
             for j, t in enumerate(m):
                 named[t] |= rows
                 if t not in row.truth:
                     wrong |= rows
-                c = rule.term[m][t]
-                disagree |= rows & (beta[:, j] - c * se[:, j] <= 0) & (beta[:, j] + c * se[:, j] >= 0)
+                disagree |= rows & (lo[:, j] <= 0) & (hi[:, j] >= 0)
         true_terms = tuple(t for t in rule.available if t in row.truth)
         coverage = {}
         if true_terms and len(true_terms) == len(row.truth):
-            beta, se = fits[true_terms]
+            lo, hi = run.interval(rule, true_terms)
             for j, t in enumerate(true_terms):
-                c = rule.term[true_terms][t]
-                coverage[t] = float(np.mean(np.abs(beta[:, j] - row.truth[t]) <= c * se[:, j]))
+                coverage[t] = float(np.mean((lo[:, j] <= row.truth[t]) & (row.truth[t] <= hi[:, j])))
         true_name = model_name(tuple(row.truth))
         calibration = Calibration(
             model=true_name,

@@ -9,7 +9,8 @@ critical value of its studentised |t|, from a boundary family
     c_k = C·f(t_k),     f(t) = t^(-1/2)  ("obf", O'Brien–Fleming-like: strict early, near the one-look
                                           test at the last look)   or   f(t) = 1  ("pocock": constant),
 
-with the F-ratio gate that matches c_k (``rule.matching_gate``), and prints intervals estimate ± c_k·SE.
+with the F-ratio gate that matches c_k (``rule.matching_gate``), and prints the intervals its test inverts
+at c_k (``rule.inverted_interval``: estimate ± c_k·SE for a constant, Fieller-type for Δφ).
 The scale C is set by simulating whole sequences under each null truth of the plan (``rule.sequence_nulls``)
 and bisecting on C so that the chance that the sequence stops at a look naming a term the truth lacks is
 α less its Monte Carlo margin (``honest_target``) under the worst null truth; the same C must also keep
@@ -40,6 +41,7 @@ from loopscale.pairs.rule import (
     TOKENS_ONLY,
     UNATTRIBUTED,
     Rule,
+    RuleRun,
     Simulator,
     boundary_rule,
     model_name,
@@ -104,19 +106,27 @@ def first_pairs(sim: Simulator, n: int) -> Simulator:
 @dataclass(frozen=True)
 class LookStatistics:
     """The rule's statistics on ``S`` simulated sequences under ``truth``, at every count of pairs in
-    ``counts``: the F ratio [S] and every submodel's (coefficients [S, k], SEs [S, k]) per count."""
+    ``counts``: the F ratio [S], every submodel's (coefficients [S, k], test SEs SE₀ [S, k]) and how each SE
+    moves with the hypothesised value (cross [S, k], scale [S, k]; ``rule.base_law_parts``) per count."""
 
     truth: dict[str, float]
     counts: tuple[int, ...]
     f_ratio: tuple[np.ndarray, ...]
     fits: tuple[dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]], ...]
+    scales: tuple[dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]], ...]
+
+    def run(self, look: int, rule: Rule) -> RuleRun:
+        """Look ``look`` read with ``rule``: its chosen models, fits and intervals (``RuleRun.interval``)."""
+        fits = self.fits[look]
+        return RuleRun(rule.decide(self.f_ratio[look], fits), fits, self.scales[look])
 
     def at(self, counts) -> LookStatistics:
         """The statistics at a plan's look counts (a subset of ``counts``)."""
         idx = [self.counts.index(n) for n in counts]
         return LookStatistics(
-            self.truth, tuple(counts), tuple(self.f_ratio[i] for i in idx), tuple(self.fits[i] for i in idx)
-        )
+            self.truth, tuple(counts), tuple(self.f_ratio[i] for i in idx), tuple(self.fits[i] for i in idx),
+            tuple(self.scales[i] for i in idx),
+        )  # fmt: skip
 
 
 def simulate_looks(
@@ -139,7 +149,8 @@ def simulate_looks(
     return [
         LookStatistics(
             dict(truth), tuple(counts), tuple(f[r] for f in f_ratio),
-            tuple({m: (b[r], se[r]) for m, (b, se) in fit.items()} for fit in fits),
+            tuple({m: (b[r], se[r]) for m, (b, se, _) in fit.items()} for fit in fits),
+            tuple({m: (cross[r], scale[r]) for m, (_, _, (cross, scale)) in fit.items()} for fit in fits),
         )  # fmt: skip
         for truth, r in zip(truths, rows)
     ]
@@ -149,7 +160,8 @@ def simulate_looks(
 class Sequences:
     """The stopping rule on simulated sequences (``run_sequences``), per sequence [S]: the look it stopped
     at (0-based), the model named there, whether that names a term the truth lacks (``wrong``), a named
-    term whose interval holds 0 (``disagree``), the true model's intervals holding the truth (``covered``),
+    term whose printed interval holds 0 (``disagree``), the true model's printed intervals
+    (``RuleRun.interval``) holding the truth (``covered``),
     and each available term named at the stop (``named``)."""
 
     stopped: np.ndarray
@@ -176,17 +188,19 @@ def run_sequences(stats: LookStatistics, rules: list[Rule]) -> Sequences:
     named = {t: np.zeros(count, bool) for t in available}
     true_terms = tuple(t for t in available if t in truth)
     for k, rule in enumerate(rules):
-        names = rule.decide(stats.f_ratio[k], stats.fits[k])
+        run = stats.run(k, rule)
+        names = run.chosen
         ends = (stopped < 0) & (~np.isin(names, (TOKENS_ONLY, UNATTRIBUTED)) | (k == looks - 1))
-        for m, (beta, se) in stats.fits[k].items():
-            c = np.array([rule.term[m][t] for t in m])
+        for m in stats.fits[k]:
+            lo, hi = run.interval(rule, m)
             rows = ends & (names == model_name(m))
-            disagree |= rows & (np.abs(beta) <= c * se).any(axis=1)
+            disagree |= rows & ((lo <= 0) & (hi >= 0)).any(axis=1)
             wrong |= rows & any(t not in truth for t in m)
             for t in m:
                 named[t] |= rows
             if m == true_terms:
-                covered |= ends & (np.abs(beta - np.array([truth[t] for t in m])) <= c * se).all(axis=1)
+                value = np.array([truth[t] for t in m])
+                covered |= ends & ((lo <= value) & (value <= hi)).all(axis=1)
         stopped[ends], chosen[ends] = k, names[ends]
     return Sequences(stopped, chosen, wrong, disagree, covered, named)
 

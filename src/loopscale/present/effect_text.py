@@ -19,8 +19,23 @@ def p_text(p) -> str:
     return "p n/a" if p is None or not math.isfinite(p) else (f"p = {p:.2g}" if p >= 1e-4 else "p < 1e-4")
 
 
+def _unbounded(m: ModelFit, t: str) -> str:
+    """'' where term ``t``'s interval in ``m`` is bounded, else what its open ends mean."""
+    low, high = m.open_ends(t)
+    beside = " beside an offset" if "offset" in m.terms else ""
+    if low and high:
+        return f" (unbounded: not identified{beside} by these pairs)"
+    side = "below" if low else "above" if high else ""
+    return f" (unbounded {side}: the pairs bound it on one side{beside})" if side else ""
+
+
+def _ci(m: ModelFit, t: str) -> str:
+    """Term ``t``'s interval in ``m``, its open ends named (Δφ's box edge is no bound)."""
+    return interval(m.ci[t], signed=True, open_ends=m.open_ends(t)) + _unbounded(m, t)
+
+
 def _term(m: ModelFit, t: str, unit: str = "") -> str:
-    return f"{m.estimate[t]:+.3f}{unit} {interval(m.ci[t], signed=True)}"
+    return f"{m.estimate[t]:+.3f}{unit} {_ci(m, t)}"
 
 
 def _tests_text(e: PairedEffects) -> str:
@@ -62,16 +77,20 @@ def _not_separable(e: PairedEffects) -> str:
 # plan's power table does. An offset or an every-model change: its model alone (the range a constant may
 # have were it all the recipe does). Δφ: the offset + Δφ model, Δφ beyond whatever offset the pairs allow
 # (the claim that holds whatever looped models' constant does); beside it the Δφ-only model's narrower range,
-# were a change of φ all the recipe does. Every range is estimate ± c·SE, c the critical value of the test
-# of that term in that model: the values the test rejects at its size, so "ruled out" at 1 − size.
+# were a change of φ all the recipe does. Every range is the values the test of that term in that model
+# rejects at its size (estimate ± c·SE for a constant), so "ruled out" at 1 − size; an end at Δφ's box
+# (``ModelFit.open_ends``) rules out nothing on its side.
 RULED_OUT_FROM = {"delta_phi": "offset + delta phi", "offset": "offset", "every": "every model"}
 ALONE = {"delta_phi": "delta phi"}  # the narrower range beside Δφ's
 
 
-def _outside(m: ModelFit, term: str, unit: str = "") -> str:
-    """'below -0.053 or above +0.128 (estimate +0.037)': the values a term's interval in ``m`` excludes."""
+def _outside(m: ModelFit, term: str, unit: str = "") -> str | None:
+    """'below -0.053 or above +0.128 (estimate +0.037)': the values a term's interval in ``m`` excludes
+    (an open end excludes nothing on its side; None where both are open)."""
     lo, hi = m.ci[term]
-    return f"below {lo:+.3f} or above {hi:+.3f}{unit} (estimate {m.estimate[term]:+.3f})"
+    low, high = m.open_ends(term)
+    sides = ([] if low else [f"below {lo:+.3f}"]) + ([] if high else [f"above {hi:+.3f}"])
+    return f"{' or '.join(sides)}{unit} (estimate {m.estimate[term]:+.3f})" if sides else None
 
 
 def ruled_out_text(e: PairedEffects) -> str:
@@ -85,18 +104,26 @@ def ruled_out_text(e: PairedEffects) -> str:
     def ci(term: str, model: dict = RULED_OUT_FROM) -> Pair:
         return e.models[model[term]].ci[term]
 
-    def said(term: str) -> str:
+    def said(term: str) -> str | None:
         beyond = _outside(e.models[RULED_OUT_FROM[term]], term, "" if term == "delta_phi" else " nats")
         if term == "delta_phi":
             alone = _outside(e.models[ALONE[term]], term)
-            return f"delta phi {beyond} beyond an offset and {alone} were it the only change"
+            told = ([f"{beyond} beyond an offset"] if beyond else []) + (
+                [f"{alone} were it the only change"] if alone else []
+            )
+            return f"delta phi {' and '.join(told)}" if told else None
         scope = "an offset on looped models" if term == "offset" else "a change of every model"
-        return f"{scope} {beyond}"
+        return f"{scope} {beyond}" if beyond else None
 
-    parts = [said(t) for t in ("delta_phi", "offset", "every") if t in e.available]
-    text = f"at the level of its tests ({100 * e.ci_level:.3g}%) the pairs rule out " + (
+    parts = [v for v in (said(t) for t in ("delta_phi", "offset", "every") if t in e.available) if v]
+    level = f"at the level of its tests ({100 * e.ci_level:.3g}%)"
+    text = f"{level} the pairs rule out " + (
         f"{', '.join(parts[:-1])}, and {parts[-1]}" if len(parts) > 1 else parts[0]
-    )
+    ) if parts else f"{level} the pairs rule out no value of any term"
+    phi = e.models[RULED_OUT_FROM["delta_phi"]] if "delta_phi" in e.available else None
+    if phi is not None and all(phi.open_ends("delta_phi")):
+        text += (f"; delta phi is not identified beside an offset by these pairs (its interval is unbounded, "
+                 f"estimate {phi.estimate['delta_phi']:+.3f})")  # fmt: skip
     names = {
         "delta_phi": "delta phi beyond an offset",
         "offset": "the offset",
@@ -195,7 +222,7 @@ def effect_sentence(e: PairedEffects) -> str:
         + f" nats at r = {' / '.join(per_r)}"
     )
     phi = models["delta phi"]
-    dphi = f"{phi.delta_phi:+.3f} {interval(phi.ci.get('delta_phi'), signed=True)}"
+    dphi = f"{phi.delta_phi:+.3f} " + (_ci(phi, "delta_phi") if "delta_phi" in phi.ci else interval(None))
     varies = e.trend is not None and e.trend.varies
     shape = f"not one constant along width: looped {_width_profile(e, True)}" + (
         f", plain {_width_profile(e, False)}" if "every" in e.terms else ""
@@ -276,7 +303,7 @@ def effect_sentence(e: PairedEffects) -> str:
         m = e.chosen_model
         way = "raises" if m.delta_phi > 0 else "lowers"
         alone = "" if "offset" in terms or "every" in terms else " (growing with r as a change of phi must)"
-        parts.append(f"{way} phi by {abs(m.delta_phi):.3f} {interval(m.ci['delta_phi'], signed=True)}{alone}")
+        parts.append(f"{way} phi by {abs(m.delta_phi):.3f} {_ci(m, 'delta_phi')}{alone}")
         if varies:
             parts.append(f"what is left is {shape}")
     parts += [_also_consistent(e, name) for name in e.also_consistent]
@@ -359,6 +386,14 @@ def shapes_text(e: PairedEffects) -> str:
     return f"{head}; {listed}"
 
 
+def _interval_meaning(e: PairedEffects) -> str:
+    """What the printed intervals are: the values the test does not reject (issue 49); a record read before
+    it printed estimate ± c·SE, and its report re-renders with the words it had."""
+    if all(m.se_test is None for m in e.models.values()):
+        return "estimate +- c*SE"
+    return "the values the test does not reject (estimate +- c*SE for a constant)"
+
+
 def effect_lines(e: PairedEffects) -> list[str]:
     """The pairs' effect models as text lines: per r, what the design separates, each model's fit, the
     tests, the shape left, the calibration."""
@@ -385,7 +420,7 @@ def effect_lines(e: PairedEffects) -> list[str]:
         lines.append(f"  model {name}: {'; '.join(coefs) or 'no excess'}; RSS {m.rss:.5f}{flag}{mark}")
     lines.append(
         f"  tests (Monte Carlo p, {e.simulations} simulated tables per null; intervals at {level} = "
-        f"estimate +- c*SE, c the same test's critical value): {_tests_text(e)[1:-1]}"
+        f"{_interval_meaning(e)}, c the same test's critical value): {_tests_text(e)[1:-1]}"
     )
     if wild_text(e):
         lines.append(f"  {wild_text(e)}")

@@ -86,9 +86,10 @@ def boundary_text(b: Boundary, most: int) -> str:
     form = f"{b.scale:.3f}·(n/{most})^(-1/2)" if b.shape == "obf" else f"{b.scale:.3f} at every look"
     return (
         f"Every term's |t| at look k is held to one critical value, {SHAPE_NAMES[b.shape]}: c = {form}, "
-        f"with intervals estimate ± c·SE. The scale is set on {b.sequences} simulated sequences per null "
-        "truth (the same pairs read again as they accumulate, the stopping rule in the loop) so that, under "
-        "the worst null truth, the chance that the looks name a term the truth lacks, or end on an interval "
+        "with intervals the values its test does not reject (estimate ± c·SE for a constant). The scale is "
+        f"set on {b.sequences} simulated sequences per null truth (the same pairs read again as they "
+        "accumulate, the stopping rule in the loop) so that, under the worst null truth, the chance that the "
+        "looks name a term the truth lacks, or end on an interval "
         f"that misses the truth, is at most {b.target:.3f} (alpha {b.alpha:g} less its Monte Carlo margin; "
         f"a wrong name: {b.spent[-1]:.3f})."
     )

@@ -192,12 +192,23 @@ def effect_blocks(e: PairedEffects) -> list:
             for label, c in cal.items()
         ],
     )
+    level = f"{100 * e.ci_level:.0f}%"
+    before_49 = all(m.se_test is None for m in e.models.values())  # its report re-renders as it was
+    meaning = (
+        f"Models: each term's estimate ± c·SE ({level}), c the critical value of the same Monte Carlo test "
+        "that decides whether the term is named (so a named term's interval excludes 0), SE² = "
+        "cluster-robust (CR1) variance over the pairs + variance across the base law's bootstrap draws."
+        if before_49
+        else f"Models: each term's estimate and the values its test does not reject ({level}; estimate "
+        "± c·SE for a constant, Fieller-type for Δφ, open where the base law leaves ∂L/∂φ's scale too "
+        "uncertain), c the critical value of the same Monte Carlo test that decides whether the term is "
+        "named (so a named term's interval excludes 0), |t| = |estimate|/SE₀, SE₀² = cluster-robust (CR1) "
+        "variance over the pairs + the base law's with the term at 0 (the model's fitted change and the "
+        "(r, width) pattern it leaves, refitted under each bootstrap draw)."
+    )
     note = (
         "Per r and per width: mean loss change and what each effect model predicts for it (token part + the "
-        f"model's excess). Models: each term's estimate ± c·SE ({100 * e.ci_level:.0f}%), c the critical "
-        "value of the same Monte Carlo test that decides whether the term is named (so a named term's "
-        "interval excludes 0), SE² = cluster-robust (CR1) variance over the pairs + variance across the base "
-        "law's bootstrap draws. Calibration: the share of simulated tables on which the rule names each "
+        f"model's excess). {meaning} Calibration: the share of simulated tables on which the rule names each "
         "model, with each model (at its fit to these pairs, or Δφ alone at the paper's sizes) as the truth; "
         "coverage: the true model's intervals holding the true values."
     )
