@@ -1,7 +1,7 @@
 """examples/trainers/hf_trainer.py gives every parameter the rate of the group loopscale's own model puts
 it in (``LoopedGPT.param_groups``), so that ``price --trainer`` pairs compare AdamW with loopscale's groups
 and rates. A W_inj trained at Parcae's "injection" rate (5× the AdamW matrix rate at the laptop widths) had
-made the HF trainer's looped runs 0.05-0.08 nats worse than loopscale's own AdamW recipe (docs/results.md)."""
+cost the HF trainer's looped laptop runs 0.018-0.063 nats (docs/results.md, the trainer check)."""
 
 from __future__ import annotations
 
