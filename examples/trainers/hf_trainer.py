@@ -127,11 +127,13 @@ def validation_loss(model, data: PackedDataset, val_tokens: int, seq_len: int) -
 
 
 def optimizer(model, rates: dict, matrix_lr: float, steps: int):
-    """AdamW with loopscale's per-group peak rates, warm-up over 1% of the steps, linear decay to 10%."""
+    """AdamW with loopscale's per-group peak rates (W_inj in "matrix", as loopscale groups it), warm-up over
+    1% of the steps, linear decay to 10%."""
     inner = model.model
     groups = {"embed": list(inner.wte.parameters()), "unembed": list(model.lm_head.parameters())}
     groups["hc"] = [p for p in (inner.hc_alpha, inner.hc_mix, inner.hc_beta) if p is not None]
-    groups["injection"] = list(inner.inject.parameters()) if inner.inject is not None else []
+    # W_inj (linear injection) is a matrix: loopscale trains it with the block matrices (model.param_groups);
+    # its "injection" rate is Parcae's, which the exported model does not implement
     seen = {id(p) for ps in groups.values() for p in ps}
     rest = [(n, p) for n, p in model.named_parameters() if id(p) not in seen]
     groups["norm"] = [p for _, p in rest if p.ndim == 1]
