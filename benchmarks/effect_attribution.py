@@ -131,7 +131,8 @@ def main() -> None:
     draw = effects_module.random_effects_bootstrap
     bootstrap = functools.cache(lambda resamples: draw(fit, base, resamples=resamples, seed=0))
     effects_module.random_effects_bootstrap = lambda _fit, _table, resamples, seed: bootstrap(resamples)
-    out: dict = {"settings": vars(args) | {"out": str(args.out), "merge": None}, "effects": {}}
+    # published JSON holds no machine's path: the output's name only
+    out: dict = {"settings": vars(args) | {"out": args.out and args.out.name, "merge": None}, "effects": {}}
     if args.merge and args.out and args.out.exists():
         out["effects"] = json.loads(args.out.read_text())["effects"]
     start = time.perf_counter()

@@ -490,7 +490,7 @@ def wild_cluster_p(
     |t| recomputed on each of ``draws`` tables) → one p-value per column. It reads only the pairs' noise:
     the base law's uncertainty, which the rule's simulations carry, is not in it."""
     beta, resid = least_squares(y, x)
-    t_obs = np.abs(beta) / np.sqrt(np.diag(cluster_robust(x, resid, cluster)))
+    t_obs = np.abs(beta) / np.sqrt(np.maximum(np.diag(cluster_robust(x, resid, cluster)), 1e-300))
     groups = int(cluster.max()) + 1
     out = []
     for j in range(x.shape[1]):
