@@ -455,7 +455,7 @@ def dry_run(
     """``price --dry-run``: the plan at ``settings.max_hours`` (its looks, boundary and separation) and its
     power with the hours each truth's target power needs, and, with ``extend`` (base extension cells among
     the candidates), the extension's (budget FLOPs, width, r) cells within the hour cap: the base runs to
-    train first (``design.separate.extension_spec``). Trains and writes nothing."""
+    train first (``design.separate.extension_sweep``). Trains and writes nothing."""
     schedule = plan_price(settings, extend)
     cells, most = schedule.cells, schedule.looks.most
     t = cells.table

@@ -180,21 +180,20 @@ def _write_extension(path: Path, base: Path, cells, workers: int = 2) -> None:
     """The extension's base runs as a sweep spec with the base's template, at ``path``: the plan's ``cells``
     ((budget FLOPs, width, r)) and the r = 1 run at each of their (budget, width), the law's plain anchor
     there (the published law is checked at it, and a recipe that changes plain models pairs with it)."""
-    from loopscale.config import dump_yaml, from_dict, load_yaml
-    from loopscale.design.separate import extension_seconds, extension_spec
+    from loopscale.config import dump_yaml, load_yaml, to_dict
+    from loopscale.design.separate import extension_seconds, extension_sweep
     from loopscale.io import atomic_write_text
     from loopscale.sweep.plan import plan_sweep
     from loopscale.sweep.results import read_results
-    from loopscale.sweep.spec import SweepSpec
 
     if not cells:
         print(f"the plan picks no extension cell within the hour cap: {path} is not written")
         return
     anchors = {(b, w, 1) for b, w, _ in cells}
-    spec = extension_spec(load_yaml(base / "sweep.yaml"), sorted({*cells, *anchors}), f"{base.name}-ext")
-    runs = plan_sweep(from_dict(SweepSpec, spec, str(path)))
+    spec = extension_sweep(load_yaml(base / "sweep.yaml"), sorted({*cells, *anchors}), f"{base.name}-ext")
+    runs = plan_sweep(spec)
     hours = float(extension_seconds(read_results(base / "results.csv"), runs).sum()) / workers / 3600
-    atomic_write_text(path, dump_yaml(spec))
+    atomic_write_text(path, dump_yaml(to_dict(spec)))
     print(
         f"wrote {path}: {len(runs)} base runs ({len(cells)} the plan pairs at, the rest r = 1 anchors), "
         f"≈ {hours:.2f} h on {workers} workers by the base's measured cost; train them once with "

@@ -46,6 +46,7 @@ from loopscale.pairs.rule import known_covariance, known_sandwich
 if TYPE_CHECKING:
     from loopscale.design.paired import PairPlan
     from loopscale.sweep.plan import PlannedRun
+    from loopscale.sweep.spec import SweepSpec
 
 # The smallest size each term is to be named at: nats (every, offset), φ (delta_phi), nats per decade of
 # width (width: 0.06 is a 0.024 nats difference across the base's widths 32–80).
@@ -213,9 +214,7 @@ def extension_runs(plan: PairPlan) -> list[PlannedRun]:
     """The base runs an extension could add: every (budget, width) of the base's budgets and
     ``EXTENSION_BUDGETS`` × its widths and ``EXTENSION_WIDTHS`` the base lacks, at its loop counts, seed 0,
     with the base's template (``plan.spec``)."""
-    from loopscale.config import from_dict
     from loopscale.sweep.plan import plan_sweep
-    from loopscale.sweep.spec import SweepSpec
 
     t = plan.table
     have = {(float(b), int(w)) for b, w in zip(t.budget, t.width)}
@@ -223,13 +222,16 @@ def extension_runs(plan: PairPlan) -> list[PlannedRun]:
     widths = sorted({*map(int, t.width), *EXTENSION_WIDTHS})
     rs = sorted({int(r) for r in t.r})
     grid = [{"budget": b, "widths": [w]} for b in budgets for w in widths if (b, w) not in have]
-    spec = extension_spec(plan.spec, [(c["budget"], c["widths"][0], r) for c in grid for r in rs], "ext")
-    return plan_sweep(from_dict(SweepSpec, spec, "extension"))
+    cells = [(c["budget"], c["widths"][0], r) for c in grid for r in rs]
+    return plan_sweep(extension_sweep(plan.spec, cells, "ext"))
 
 
-def extension_spec(base: dict, cells, name: str) -> dict:
-    """The sweep spec mapping of base runs at ``cells`` ((budget FLOPs, width, r), seed 0) with the base's
-    template, recipe and data (``base``: its sweep.yaml mapping): one group per (budget, width)."""
+def extension_sweep(base: dict, cells, name: str) -> SweepSpec:
+    """The sweep of base runs at ``cells`` ((budget FLOPs, width, r), seed 0) with the base's template,
+    recipe and data (``base``: its sweep.yaml mapping): one group per (budget, width)."""
+    from loopscale.config import from_dict
+    from loopscale.sweep.spec import SweepSpec
+
     by_cell: dict[tuple[float, int], list[int]] = {}
     for budget, width, r in cells:
         by_cell.setdefault((float(budget), int(width)), []).append(int(r))
@@ -239,7 +241,8 @@ def extension_spec(base: dict, cells, name: str) -> dict:
         for (budget, width), rs in sorted(by_cell.items())
     ]  # fmt: skip
     keys = ("batch_tokens", "model", "train", "nproc")
-    return {"name": name, **{k: base[k] for k in keys if k in base}, "groups": groups}
+    data = {"name": name, **{k: base[k] for k in keys if k in base}, "groups": groups}
+    return from_dict(SweepSpec, data, name)
 
 
 def candidates(plan: PairPlan, rows: list[dict], cost: np.ndarray, extend: bool) -> Candidates:
