@@ -135,10 +135,13 @@ def ruled_out_text(e: PairedEffects) -> str:
     apart = [name for name, (lo, hi) in stated if lo > 0 or hi < 0]
     if not apart:
         return text
+    # nothing named: either the excess beyond tokens is not named, or it is and the terms are collinear on
+    # this design, so that each fits alone but beside the others no term's test rejects 0
     why = (
         "the rule names a term only once the excess beyond tokens is named"
         if e.chosen == "tokens only"
-        else "the rule's steps keep no term"
+        else "the excess is named, but beside each other no term's test rejects 0, so these pairs cannot "
+        "say which term carries it"
     )
     return f"{text}; the interval of {' and of '.join(apart)} excludes 0, yet no term is named: {why}"
 

@@ -159,7 +159,8 @@ def effect_blocks(e: PairedEffects) -> list:
         if key not in m.ci:
             return "–"
         return (
-            f"{m.value(key):+.4f} {interval(m.ci[key], signed=True, missing='–')} (c {m.critical[key]:.2f}, "
+            f"{m.value(key):+.4f} {interval(m.ci[key], signed=True, missing='–', open_ends=m.open_ends(key))} "
+            f"(c {m.critical[key]:.2f}, "
             f"SE {m.se[key]:.4f}: pairs {m.se_pairs[key]:.4f}, base law {m.se_base_law[key]:.4f})"
         )
 
@@ -192,8 +193,8 @@ def effect_blocks(e: PairedEffects) -> list:
             for label, c in cal.items()
         ],
     )
-    level = f"{100 * e.ci_level:.0f}%"
     before_49 = all(m.se_test is None for m in e.models.values())  # its report re-renders as it was
+    level = f"{100 * e.ci_level:{'.0f' if before_49 else '.3g'}}%"  # the verdict's own level (96.5%, not 97%)
     meaning = (
         f"Models: each term's estimate ± c·SE ({level}), c the critical value of the same Monte Carlo test "
         "that decides whether the term is named (so a named term's interval excludes 0), SE² = "
