@@ -158,9 +158,9 @@ def effect_blocks(e: PairedEffects) -> list:
     def coef(m: ModelFit, key: str) -> str:
         if key not in m.ci:
             return "–"
+        ci = interval(m.ci[key], signed=True, missing="–", open_ends=m.open_ends(key))
         return (
-            f"{m.value(key):+.4f} {interval(m.ci[key], signed=True, missing='–', open_ends=m.open_ends(key))} "
-            f"(c {m.critical[key]:.2f}, "
+            f"{m.value(key):+.4f} {ci} (c {m.critical[key]:.2f}, "
             f"SE {m.se[key]:.4f}: pairs {m.se_pairs[key]:.4f}, base law {m.se_base_law[key]:.4f})"
         )
 
