@@ -117,6 +117,9 @@ class PriceSettings:
     # which cells first: "separate" (design.separate's criterion) or "delta_phi" (the plan every published
     # price ran, so a caller's or a published arm's price replays as it was)
     plan: str = "delta_phi"
+    # another priced arm of the same base and plan: read this recipe's pairs against its runs instead of the
+    # base's (``analysis.price_against``; nothing is trained)
+    against: Path | None = None
 
     def validate(self) -> None:
         for name in ("max_hours", "alpha", "prior_df"):
@@ -261,13 +264,14 @@ def null_sequences(sim: Simulator, counts, settings: PriceSettings) -> list[Look
     return simulate_looks(sim, counts, available, sequence_nulls(available), settings.sequences, rng)
 
 
-def _look(
-    settings: PriceSettings, schedule: PriceSchedule, variant, k: int
+def read_look(
+    settings: PriceSettings, schedule: PriceSchedule, variant, k: int, reference=None
 ) -> tuple[PricedLook, PairedEffects]:
-    """Analyse the pairs of look ``k`` (0-based) at its size → (the look, its effect models)."""
+    """Analyse the pairs of look ``k`` (0-based) at its size → (the look, its effect models); ``reference``:
+    the runs the variant pairs with where not the base's (``analysis.price_against``)."""
     plan, looks = schedule.pairs, schedule.looks
     n, size, critical = looks.counts[k], looks.sizes[k], looks.boundary.critical[k]
-    pooled = pooled_cluster_sd(plan.table, variant, plan.fit, plan.cluster_sd, settings.prior_df)
+    pooled = pooled_cluster_sd(plan.table, variant, plan.fit, plan.cluster_sd, settings.prior_df, reference)
     noise = {"sd": plan.sigma_pair, "cluster_sd": pooled.cluster_sd, "df": plan.noise.df}
     effects = analyse_pairs(
         plan.table,
@@ -278,6 +282,7 @@ def _look(
         seed_noise=noise,
         size=size,
         critical=critical,
+        reference=reference,
     )
     phi = effects.models["delta phi"].ci.get("delta_phi")
     half_width = None if phi is None else (phi[1] - phi[0]) / 2
@@ -344,7 +349,7 @@ def price(settings: PriceSettings, echo=print) -> PriceResult:
     result = PriceResult(
         recipe=recipe.name,
         base=os.path.relpath(settings.base, settings.out),  # published artefacts hold relative paths
-        settings=_settings_json(settings),
+        settings=settings_json(settings),
         plan=looks,
         looks=(),
         effects=None,
@@ -374,7 +379,7 @@ def price(settings: PriceSettings, echo=print) -> PriceResult:
                 f"{n - len(rows)} variant run(s) did not finish ({', '.join(failed)}){why}: rerun "
                 "`loopscale price` with the same arguments to resume what is unfinished"
             )
-        look, effects = _look(settings, schedule, load_table(rows), k)
+        look, effects = read_look(settings, schedule, load_table(rows), k)
         result = dataclasses.replace(result, looks=(*result.looks, look), effects=effects)
         atomic_write_json(settings.out / PRICE_FILE, result.to_dict())
         echo(
@@ -530,14 +535,15 @@ def _check_recipe(settings: PriceSettings) -> None:
                 check_hook_counts(cfg, settings.recipe.name)
 
 
-def _settings_json(settings: PriceSettings) -> dict:
+def settings_json(settings: PriceSettings) -> dict:
     """The settings as JSON, paths relative to the output folder, the recipe as its name and overrides;
     ``trainer`` only where one was given (a price of loopscale's own trainer writes the price.json it wrote
     before the run contract)."""
     fields = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}
     recipe = fields.pop("recipe")
-    if fields["trainer"] is None:
-        del fields["trainer"]
+    for optional in ("trainer", "against"):
+        if fields[optional] is None:
+            del fields[optional]
     return {
         "recipe": recipe.name,
         "overrides": list(recipe.overrides),

@@ -77,6 +77,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="CMD",
         help="train the variant runs with this command through the run contract (docs/contract.md)",
     )
+    p.add_argument(
+        "--against", type=Path, metavar="ARM",
+        help="read --out's priced pairs against another arm priced against the same base on the same plan "
+        "(its runs at the same cells and seeds) instead of against the base, whose law stays; trains "
+        "nothing, writes OUT/against-ARM/",
+    )  # fmt: skip
     p.set_defaults(func=cmd_price)
 
     p = sub.add_parser(
@@ -126,7 +132,22 @@ def cmd_price(args: argparse.Namespace) -> int:
         sequences=args.sequences,
         trainer=args.trainer,
         plan=args.plan,
+        against=args.against,
     )
+    if args.against is not None:
+        clash = [flag for flag, on in (("--dry-run", args.dry_run), ("--render", args.render),
+                                       ("--extend", args.extend), ("--trainer", args.trainer))
+                 if on]  # fmt: skip
+        if clash:
+            raise UserError(f"--against reads two priced arms and trains nothing: drop {', '.join(clash)}")
+        if args.out is None:
+            raise UserError("--against needs --out: the priced arm whose pairs are read against ARM")
+        for folder, flag in ((args.out, "--out"), (args.against, "--against"), (args.reuse, "--reuse")):
+            require_input(folder, f"{flag} folder", folder=True)
+        from loopscale.analysis.price_against import price_against
+
+        price_against(settings)
+        return 0
     if args.dry_run:  # reads the base only: writes nothing anywhere
         from loopscale.analysis.price import dry_run
         from loopscale.present.price_text import dry_run_lines

@@ -310,6 +310,7 @@ def analyse_pairs(
     seed_noise: dict | None = None,
     size: float = TEST_LEVEL,
     critical: float | None = None,
+    reference: RunTable | None = None,
 ) -> PairedEffects:
     """Effect models of the variant's loss change (module docstring) → ``PairedEffects``: pairs, per-r
     and per-width means, what the design can separate, every model's fit and intervals, the tests, the
@@ -320,8 +321,10 @@ def analyse_pairs(
     errors are taken to have that known covariance in the intervals (t on ``df``), the tests and the
     simulations, and the document says so (``errors``). ``size``: each test's size (the intervals are at
     1 − ``size``): ``TEST_LEVEL``, or a look's in a sequential plan, whose boundary ``critical`` (|t|,
-    ``pairs.sequential``) then replaces the simulated critical values (``rule.at_boundary``)."""
-    pairs = match_pairs(base_table, variant_table)
+    ``pairs.sequential``) then replaces the simulated critical values (``rule.at_boundary``). ``reference``:
+    the runs the variant is paired with where they are not the base's own (another arm at the same cells
+    and seeds); the law, its bootstrap and the token part stay the base's."""
+    pairs = match_pairs(base_table if reference is None else reference, variant_table)
     law = base_law(fit, base_table, pairs, base_resamples, seed)
     change, looped = pairs.change, pairs.looped
     token_fit = law.token_part(law.theta)[0]
@@ -602,14 +605,19 @@ def _per_width(pairs: Pairs, change, excess) -> list[dict]:
 
 
 def pooled_cluster_sd(
-    base_table: RunTable, variant_table: RunTable, fit: LawFit, prior_sd: float, prior_df: float
+    base_table: RunTable,
+    variant_table: RunTable,
+    fit: LawFit,
+    prior_sd: float,
+    prior_df: float,
+    reference: RunTable | None = None,
 ) -> PooledClusterSd:
     """The pairs' (r, width) cluster sd (nats) learnt from the pairs run so far with ``prior_sd`` (the base
     law's own misfit per (r, width)) as a prior worth ``prior_df`` clusters: τ² = (ν₀τ₀² + ν·τ̂²)/(ν₀ + ν),
     τ̂² the moment estimate from the residuals of ``offset + delta phi`` (``offset`` with one looped r) and
     ν = G − 1 where the clusters hold replicate pairs to tell a cluster from an iid error (else 0: the prior
-    alone). ``estimate`` is None where ν = 0."""
-    pairs = match_pairs(base_table, variant_table)
+    alone). ``estimate`` is None where ν = 0. ``reference``: as in ``analyse_pairs``."""
+    pairs = match_pairs(base_table if reference is None else reference, variant_table)
     law = base_law(fit, base_table, pairs, 0, 0)
     excess = pairs.change - law.token_part(law.theta)[0]
     slope = law.phi_slope(law.theta)[0]

@@ -447,7 +447,8 @@ class PlanPower(Record):
 @dataclass(frozen=True)
 class PriceResult(Record):
     """price.json: the recipe, its base (relative path), the settings (paths relative to the folder), the
-    plan, every look so far and the last look's effect models."""
+    plan, every look so far and the last look's effect models; ``against``: the arm paired with, if not the
+    base."""
 
     recipe: str
     base: str
@@ -456,6 +457,9 @@ class PriceResult(Record):
     looks: tuple[PricedLook, ...]
     effects: PairedEffects | None
     power: PlanPower | None = None  # the plan's power, before it spent (None: a plan from before issue 49)
+    # the other priced arm the pairs were read against (relative path), the law staying ``base``'s; None: the
+    # base's own runs
+    against: str | None = None
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from loopscale.pairs.results import (
     Boundary,
     PairedEffects,
@@ -31,6 +33,14 @@ def verdict_line(name: str, e: PairedEffects, looked: str, errors: str, detectab
     return f"{name}: {said}; {looked}, intervals at {100 * e.ci_level:.1f}%; {errors}"
 
 
+def arm_label(result: PriceResult) -> str:
+    """What a price names: its recipe, and the arm it was paired with where that is not the base
+    ('parcae-zero against laptop-parcae')."""
+    if result.against is None:
+        return result.recipe
+    return f"{result.recipe} against {Path(result.against).name}"
+
+
 def price_verdict(result: PriceResult) -> str:
     """The price's first line: what the pairs name at the last look (where nothing is named, what they rule
     out and, from the plan's power table where the price has one, the smallest effect of each shape the
@@ -51,7 +61,7 @@ def price_verdict(result: PriceResult) -> str:
             f"holding alpha {boundary.alpha:g} over all looks)"
         )
     looked = f"{last.pairs} pairs, look {last.look} of {len(result.plan.counts)} ({ended}); {tests}"
-    return verdict_line(result.recipe, e, looked, noise_text(e, last.cluster_sd), detectable)
+    return verdict_line(arm_label(result), e, looked, noise_text(e, last.cluster_sd), detectable)
 
 
 def compare_verdict(name: str, e: PairedEffects) -> str:

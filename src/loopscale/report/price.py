@@ -8,7 +8,7 @@ from pathlib import Path
 from loopscale.io import atomic_write_text
 from loopscale.pairs.results import PriceResult, TestTimeDepth
 from loopscale.present.case_study_figures import EffectsDisplay, ExcessByWidthDisplay
-from loopscale.present.price_text import looks_intro, power_intro, power_table, price_verdict
+from loopscale.present.price_text import arm_label, looks_intro, power_intro, power_table, price_verdict
 from loopscale.present.test_time import TestTimeDisplay, depth_lines
 from loopscale.report.compare import effect_blocks
 from loopscale.report.document import Document, Image, Section, Table
@@ -20,8 +20,8 @@ def write_price_report(result: PriceResult, out: Path, depth: TestTimeDepth | No
     arm's test-time loop counts (``loopscale eval-depth``), a section and a figure of their own."""
     effects = result.effects
     figures = [
-        EffectsDisplay.from_result(effects, result.recipe).plot().save(out / "loss_change_by_r"),
-        ExcessByWidthDisplay.from_result(effects, result.recipe).plot().save(out / "excess_by_width"),
+        EffectsDisplay.from_result(effects, arm_label(result)).plot().save(out / "loss_change_by_r"),
+        ExcessByWidthDisplay.from_result(effects, arm_label(result)).plot().save(out / "excess_by_width"),
     ]
     bounded = result.plan.boundary is not None  # a plan from before issue 49 keeps its columns
     spent_heads = ("size", "alpha spent")
@@ -59,7 +59,8 @@ def write_price_report(result: PriceResult, out: Path, depth: TestTimeDepth | No
         table = Table(*power_table(power))
         power_section = [Section("What the plan could decide", [power_intro(power), table])]
     report = Document(
-        title=f"Price of {result.recipe} against {result.base}",
+        title=f"Price of {result.recipe} against {result.base}" if result.against is None
+        else f"Price of {result.recipe} against {result.against} (the law: {result.base})",
         lead=[f"**{price_verdict(result)}**"],
         key_figures=[Image(figure, caption(figure)) for figure in figures],
         sections=[
