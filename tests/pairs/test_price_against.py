@@ -73,6 +73,14 @@ def test_pairs_against_an_arm_are_the_differences_of_both_arms_pairs_against_the
     assert [look.pairs for look in result.looks] == list(result.plan.counts)
 
 
+def test_a_shorter_plan_reads_the_first_pairs_both_arms_hold(arms):
+    """A 0.5 h plan's cells are the first of the 1 h plan's: its looks replay over those, at its own
+    boundary."""
+    result = price_against(_settings(arms, max_hours=0.5), echo=lambda line: None)
+    assert result.plan.counts[-1] == result.looks[-1].pairs == len(result.effects.pairs) < 21
+    assert result.plan.boundary.critical[-1] > 2.0
+
+
 def test_bad_against_arguments_end_in_one_line(arms, capsys):
     with pytest.raises(UserError, match="is --out itself"):
         price_against(_settings(arms, against=arms / "laptop-curriculum"))
@@ -81,8 +89,8 @@ def test_bad_against_arguments_end_in_one_line(arms, capsys):
         price_against(_settings(arms, against=arms / "empty"))
     with pytest.raises(UserError, match="prices recipe curriculum, not parcae"):
         price_against(_settings(arms, recipe=resolve_recipe("parcae")))
-    with pytest.raises(UserError, match="was priced on another plan"):
-        price_against(_settings(arms, max_hours=0.5))
+    with pytest.raises(UserError, match="do not both hold the first look's 4 pairs of this plan"):
+        price_against(_settings(arms, plan="separate"))
     base = ["price", "curriculum", "--reuse", str(arms / "laptop-factorial")]
     code = main([*base, "--against", str(arms / "laptop-parcae"), "--dry-run"])
     said = capsys.readouterr().err

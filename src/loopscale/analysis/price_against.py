@@ -1,11 +1,13 @@
 """``loopscale price RECIPE --reuse BASE --out ARM --against OTHER``: a priced arm's pairs read against
 another priced arm instead of against the base (issue 51: Parcae's initial state priced against ``parcae``).
 
-Both arms were priced against the same base on the same plan, so each pair's runs share a cell and a seed:
-ARM's run minus OTHER's run at that cell and seed is a seed-matched pair exactly as ARM minus the base is.
+Both arms were priced against the same base on the same plan order (a shorter plan's cells are the first of
+a longer one's), so each pair's runs share a cell and a seed: ARM's run minus OTHER's run at that cell and
+seed is a seed-matched pair exactly as ARM minus the base is.
 The base stays the law: the token part, ∂L/∂φ, the law's bootstrap and the pairs' seed noise come from it,
-as in ``price``. The plan's looks are replayed over the pairs both arms hold (a look either arm never reached
-ends the replay there), at the plan's own boundary; nothing is trained. The result is written to
+as in ``price``. The looks of the plan the arguments give (``--max-hours``, ``--plan``) are replayed over the
+pairs both arms hold (a look either arm never reached ends the replay there), at that plan's own boundary;
+nothing is trained. The result is written to
 ARM/against-OTHER/ (price.json, report.md, figures), beside ARM's own price against the base, which it
 leaves as it is.
 """
@@ -56,7 +58,7 @@ def _priced(folder: Path, flag: str, settings: PriceSettings) -> PriceResult:
 def price_against(settings: PriceSettings, echo=print) -> PriceResult:
     """The module docstring's replay → the result, written to ``against_folder(settings)``."""
     from loopscale.fit.table import load_table
-    from loopscale.io import atomic_write_json, check_output
+    from loopscale.io import atomic_write_json, check_output, claim_folder
     from loopscale.present.price_text import price_verdict
     from loopscale.report.price import write_price_report
     from loopscale.sweep.collect import collect
@@ -66,21 +68,14 @@ def price_against(settings: PriceSettings, echo=print) -> PriceResult:
     if settings.out.resolve() == settings.against.resolve():
         raise UserError(f"--against {settings.against} is --out itself: give another priced arm")
     mine = _priced(settings.out, "--out", settings)
-    theirs = _priced(settings.against, "--against", settings)
+    _priced(settings.against, "--against", settings)
     if recorded_recipe(mine.settings) != settings.recipe:
         raise UserError(f"{settings.out} prices recipe {mine.recipe}, not {settings.recipe.name}: give the "
                         "recipe it was priced with")  # fmt: skip
     schedule = plan_price(settings)
     counts = tuple(schedule.looks.counts)
-    for result, folder in ((mine, settings.out), (theirs, settings.against)):
-        if tuple(result.plan.counts) != counts:
-            raise UserError(
-                f"{folder} was priced on another plan (looks after {list(result.plan.counts)} pairs, this "
-                f"one {list(counts)}): give the --max-hours, --batch and --plan both arms were priced with"
-            )
     out = against_folder(settings)
-    check_output(out, "the against report folder", folder=True, kind="sweep")
-    out.mkdir(exist_ok=True)
+    check_output(out, "the against report folder", folder=True, kind="report")
     rows = {
         arm: [row for row in collect(folder)[0] if row.get("status") == "ok"]
         for arm, folder in (("mine", settings.out), ("theirs", settings.against))
@@ -111,10 +106,14 @@ def price_against(settings: PriceSettings, echo=print) -> PriceResult:
         if look.stop:
             break
     if not result.looks:
-        raise UserError(f"the arms share fewer than the first look's {counts[0]} pairs: nothing to read")
+        raise UserError(
+            f"the two arms do not both hold the first look's {counts[0]} pairs of this plan: give the --plan "
+            "they were priced on, and at most the shorter arm's --max-hours"
+        )
     if result.looks[-1].stop is None:  # the replay ran out of pairs both arms hold
         last = dataclasses.replace(result.looks[-1], stop="last look")
         result = dataclasses.replace(result, looks=(*result.looks[:-1], last))
+    claim_folder(out, "report")
     atomic_write_json(out / PRICE_FILE, result.to_dict())
     echo(price_verdict(result))
     echo(f"{settings.recipe.name} against {name}: {write_price_report(result, out)}")
