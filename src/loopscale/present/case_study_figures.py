@@ -38,12 +38,13 @@ class _PairsDisplay:
 
     effects: PairedEffects
     name: str
+    reference: str = "base"  # what the variant's runs were paired with (another arm: ``price --against``)
     figure_: object = None
     ax_: object = None
 
     @classmethod
-    def from_result(cls, effects: PairedEffects, name: str):
-        return cls(effects, name)
+    def from_result(cls, effects: PairedEffects, name: str, reference: str = "base"):
+        return cls(effects, name, reference)
 
     def save(self, stem: Path) -> Path:
         """STEM.png and STEM.svg (the figure closed) → the PNG's path."""
@@ -140,7 +141,7 @@ class EffectsDisplay(_PairsDisplay):
         ax.set_xscale("log", base=2)
         ax.set_xticks(rs, [str(r) for r in rs])
         ax.set_xlabel("loop count r")
-        ax.set_ylabel("loss change, variant − base (nats)")
+        ax.set_ylabel(f"loss change, variant − {self.reference} (nats)")
         ax.set_title(f"{self.name}: is it φ? loss change per matched pair; chosen: {e.chosen}", fontsize=10)
         ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
         self.figure_, self.ax_ = fig, ax

@@ -19,8 +19,10 @@ def write_price_report(result: PriceResult, out: Path, depth: TestTimeDepth | No
     """report.md and report.html in ``out`` with the figures beside them → report.md's path. ``depth``: the
     arm's test-time loop counts (``loopscale eval-depth``), a section and a figure of their own."""
     effects = result.effects
+    reference = "base" if result.against is None else Path(result.against).name
+    by_r = EffectsDisplay.from_result(effects, arm_label(result), reference)
     figures = [
-        EffectsDisplay.from_result(effects, arm_label(result)).plot().save(out / "loss_change_by_r"),
+        by_r.plot().save(out / "loss_change_by_r"),
         ExcessByWidthDisplay.from_result(effects, arm_label(result)).plot().save(out / "excess_by_width"),
     ]
     bounded = result.plan.boundary is not None  # a plan from before issue 49 keeps its columns
