@@ -102,6 +102,34 @@ def test_design_reuse_writes_a_variant_spec_with_the_base_seeds(tmp_path, capsys
     assert "half-width" in capsys.readouterr().out
 
 
+def test_design_reuse_plan_separate_writes_the_cells_price_would_train_first(tmp_path, capsys):
+    """Issue 51: `design --reuse --plan separate --max-hours H` chooses cells as `price --plan separate` does
+    (the same greedy order, cut at the same hour cap): the spec's groups are those cells with their base
+    runs' seeds, r = 1 cells included for a recipe that changes plain models (hyperconnections)."""
+    from loopscale.analysis.price import PriceSettings, pairs_within, plan_order
+    from loopscale.recipes import resolve_recipe
+
+    out = tmp_path / "v.yaml"
+    args = ["design", "--reuse", str(BASE), "--plan", "separate", "--recipe", "hyperconnections"]
+    assert main([*args, "--max-hours", "0.5", "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "chosen for the power to name each term per hour" in said and "cosine" in said
+    settings = PriceSettings(recipe=resolve_recipe("hyperconnections"), base=BASE, out=tmp_path / "unused",
+                             max_hours=0.5, plan="separate")  # fmt: skip
+    _, cells, order, hours = plan_order(settings)
+    rows = order[: pairs_within(hours, 0.5, settings.workers)]
+    t = cells.table
+    spec = yaml.safe_load(out.read_text())
+    groups = spec["groups"]
+    written = [(g["grid"][0]["budget"], g["grid"][0]["widths"][0], g["rs"][0], g["seeds"][0]) for g in groups]
+    assert written == [(float(t.budget[i]), int(t.width[i]), int(t.r[i]), int(t.seed[i])) for i in rows]
+    assert any(g["rs"] == [1] for g in spec["groups"])
+    assert main([*args, "--out", str(tmp_path / "w.yaml")]) == 2  # no --max-hours
+    assert "--plan separate picks cells per hour: give --max-hours" in capsys.readouterr().err
+    assert main(["design", "--reuse", str(BASE), "--max-hours", "1"]) == 2
+    assert "--max-hours caps the separating plan" in capsys.readouterr().err
+
+
 def test_demo_and_design_refuse_bad_input(tmp_path, capsys):
     assert main(["demo", "--max-hours", "0.05", "--out", str(tmp_path / "d")]) == 2
     assert "at least 4 pairs are needed" in capsys.readouterr().err  # 0.05 h buys 2 of the cells

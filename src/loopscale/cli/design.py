@@ -178,6 +178,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="hyperconnections",
         help="with --reuse: the recipe of the variant spec --out writes (default hyperconnections)",
     )
+    p.add_argument(
+        "--plan", choices=("delta_phi", "separate"), default="delta_phi",
+        help="with --reuse: the cells for --delta-phi's precision of delta phi beyond an offset (delta_phi, "
+        "default), or those `price --plan separate` trains first within --max-hours, chosen for the power "
+        "to name each term (every model, offset, delta phi beyond an offset, width slope) per hour",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-hours", type=float, default=None,
+        help="with --reuse --plan separate: wall hours of the variant's runs on 2 single-thread workers",
+    )  # fmt: skip
     p.add_argument("--out", type=Path, help="write the design's sweep spec (YAML) here")
     p.add_argument("--json", dest="json_out", type=Path, help="write the full design document here")
     add_estimate_args(p)
@@ -231,12 +241,21 @@ def run_paired_design(args: argparse.Namespace) -> int:
     from loopscale.design.paired import plan_lines, plan_pairs, power_beyond_offset, variant_spec
     from loopscale.io import atomic_write_json, atomic_write_text
 
-    plan = plan_pairs(args.reuse, target_half_width=args.delta_phi, seed=args.seed)
-    print(f"paired design against {args.reuse}: delta phi beyond an offset to +-{args.delta_phi:g} (95%)")
-    for line in plan_lines(plan):
-        print(f"  {line}")
     name = f"{args.reuse.name}-{args.recipe}-paired"
-    spec = variant_spec(plan, resolve_recipe(args.recipe), name)
+    if args.plan == "separate":
+        if args.json_out is not None:
+            raise UserError(
+                "--json documents the delta_phi plan's precision search: drop it with --plan separate"
+            )
+        spec = _separating_cells(args, name)
+    else:
+        if args.max_hours is not None:
+            raise UserError("--max-hours caps the separating plan: give --plan separate, or drop it")
+        plan = plan_pairs(args.reuse, target_half_width=args.delta_phi, seed=args.seed)
+        print(f"paired design against {args.reuse}: delta phi beyond an offset to +-{args.delta_phi:g} (95%)")
+        for line in plan_lines(plan):
+            print(f"  {line}")
+        spec = variant_spec(plan, resolve_recipe(args.recipe), name)
     if args.out is not None:
         atomic_write_text(args.out, dump_yaml(spec))
         print(f"wrote {args.out} (run it with `loopscale sweep {args.out} --out SWEEP_DIR`)")
@@ -264,6 +283,37 @@ def run_paired_design(args: argparse.Namespace) -> int:
         atomic_write_json(args.json_out, doc)
         print(f"wrote {args.json_out}")
     return 0
+
+
+def _separating_cells(args: argparse.Namespace, name: str):
+    """``--reuse --plan separate``: the cells ``price --plan separate`` would train first within
+    ``--max-hours`` (``analysis.price.plan_order``, the same greedy order), printed with what they separate
+    → the variant's sweep spec at them."""
+    from pathlib import Path
+
+    from loopscale.analysis.price import PriceSettings, pairs_within, plan_order
+    from loopscale.design.paired import variant_spec
+    from loopscale.design.separate import CRITERION, separation
+    from loopscale.present.price_text import separation_text
+
+    if args.max_hours is None:
+        raise UserError("--plan separate picks cells per hour: give --max-hours (wall hours on 2 workers)")
+    recipe = resolve_recipe(args.recipe)
+    settings = PriceSettings(
+        recipe=recipe, base=args.reuse, out=Path("unused"), max_hours=args.max_hours, seed=args.seed,
+        plan="separate",
+    )  # fmt: skip
+    plan, cells, order, hours = plan_order(settings)
+    most = pairs_within(hours, args.max_hours, settings.workers)
+    rows = list(order[:most])
+    t = cells.table
+    print(f"paired design against {args.reuse}: {most} cells within {args.max_hours:g} h on "
+          f"{settings.workers} workers, chosen for the power to name each term per hour")  # fmt: skip
+    print(f"  {separation_text(separation(cells, rows, plan.sigma_pair, plan.cluster_sd, CRITERION))}")
+    print("  cells: " + ", ".join(
+        f"C = {t.budget[i]:.3g} d = {t.width[i]:.0f} r = {t.r[i]} seed {t.seed[i]:.0f}" for i in rows
+    ))  # fmt: skip
+    return variant_spec(plan, recipe, name, runs=rows)
 
 
 def run_design(args: argparse.Namespace) -> int:
