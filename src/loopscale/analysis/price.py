@@ -265,10 +265,16 @@ def null_sequences(sim: Simulator, counts, settings: PriceSettings) -> list[Look
 
 
 def read_look(
-    settings: PriceSettings, schedule: PriceSchedule, variant, k: int, reference=None
+    settings: PriceSettings,
+    schedule: PriceSchedule,
+    variant,
+    k: int,
+    reference=None,
+    last: bool | None = None,
 ) -> tuple[PricedLook, PairedEffects]:
     """Analyse the pairs of look ``k`` (0-based) at its size → (the look, its effect models); ``reference``:
-    the runs the variant pairs with where not the base's (``analysis.price_against``)."""
+    the runs the variant pairs with where not the base's, ``last``: whether no look follows (default: the
+    plan's last look) (``analysis.price_against``)."""
     plan, looks = schedule.pairs, schedule.looks
     n, size, critical = looks.counts[k], looks.sizes[k], looks.boundary.critical[k]
     pooled = pooled_cluster_sd(plan.table, variant, plan.fit, plan.cluster_sd, settings.prior_df, reference)
@@ -288,7 +294,7 @@ def read_look(
     half_width = None if phi is None else (phi[1] - phi[0]) / 2
     decided = bool(effects.chosen_terms)
     precise = settings.target is not None and half_width is not None and half_width <= settings.target
-    last = k == len(looks.counts) - 1
+    last = k == len(looks.counts) - 1 if last is None else last
     look = PricedLook(
         look=k + 1,
         pairs=n,
@@ -318,14 +324,15 @@ def price(settings: PriceSettings, echo=print) -> PriceResult:
     settings.validate()
     check_output(settings.out, "--out", folder=True, kind="sweep")
     check_output(settings.data_root, "--data-root", folder=True, kind="data")
-    from loopscale.present.price_text import plan_lines
+    from loopscale.present.price_text import look_line, plan_lines
 
     recipe, saved = settings.recipe, settings.out / PRICE_FILE
-    recorded = recorded_recipe(read_price(saved).settings) if saved.is_file() else recipe
+    previous = read_price(saved) if saved.is_file() else None
+    recorded = recipe if previous is None else recorded_recipe(previous.settings)
     start: tuple[int, ...] = ()
-    if saved.is_file():  # a resumed price keeps a separating plan, and turns separating when asked to:
+    if previous is not None:  # a resumed price keeps a separating plan, and turns separating when asked to:
         # then its pairs so far come first, in their order, and the criterion continues from them
-        begun = read_price(saved).settings.get("plan", "delta_phi")  # before issue 51: delta_phi
+        begun = previous.settings.get("plan", "delta_phi")  # before issue 51: delta_phi
         settings = dataclasses.replace(settings, plan="separate" if "separate" in (begun, settings.plan)
                                        else "delta_phi")  # fmt: skip
         start = paired_rows(settings) if settings.plan == "separate" else ()
@@ -382,10 +389,7 @@ def price(settings: PriceSettings, echo=print) -> PriceResult:
         look, effects = read_look(settings, schedule, load_table(rows), k)
         result = dataclasses.replace(result, looks=(*result.looks, look), effects=effects)
         atomic_write_json(settings.out / PRICE_FILE, result.to_dict())
-        echo(
-            f"  look {k + 1}: {n} pairs at critical value {look.critical:.3f}: {effects.chosen}"
-            + (f" -> stop ({look.stop})" if look.stop else "")
-        )
+        echo(look_line(look))
         if look.stop:
             break
     from loopscale.present.price_text import price_verdict
@@ -537,8 +541,8 @@ def _check_recipe(settings: PriceSettings) -> None:
 
 def settings_json(settings: PriceSettings) -> dict:
     """The settings as JSON, paths relative to the output folder, the recipe as its name and overrides;
-    ``trainer`` only where one was given (a price of loopscale's own trainer writes the price.json it wrote
-    before the run contract)."""
+    ``trainer`` and ``against`` only where given (a price of loopscale's own trainer against the base writes
+    the price.json it wrote before the run contract)."""
     fields = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}
     recipe = fields.pop("recipe")
     for optional in ("trainer", "against"):

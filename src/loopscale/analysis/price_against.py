@@ -59,7 +59,7 @@ def price_against(settings: PriceSettings, echo=print) -> PriceResult:
     """The module docstring's replay → the result, written to ``against_folder(settings)``."""
     from loopscale.fit.table import load_table
     from loopscale.io import atomic_write_json, check_output, claim_folder
-    from loopscale.present.price_text import price_verdict
+    from loopscale.present.price_text import look_line, price_verdict
     from loopscale.report.price import write_price_report
     from loopscale.sweep.collect import collect
     from loopscale.sweep.plan import plan_sweep
@@ -80,7 +80,20 @@ def price_against(settings: PriceSettings, echo=print) -> PriceResult:
         arm: [row for row in collect(folder)[0] if row.get("status") == "ok"]
         for arm, folder in (("mine", settings.out), ("theirs", settings.against))
     }
-    name = Path(settings.against).resolve().name
+    held = []  # per look, both arms' rows of its pairs, while both hold all of them
+    for n in counts:
+        spec = variant_spec(schedule.pairs, settings.recipe, "pairs", runs=schedule.order[:n])
+        names = {run.name for run in plan_sweep(spec)}
+        look_rows = {arm: [row for row in arm_rows if row["run"] in names] for arm, arm_rows in rows.items()}
+        if min(len(v) for v in look_rows.values()) < n:  # a look one arm never reached ends the replay
+            break
+        held.append(look_rows)
+    if not held:
+        raise UserError(
+            f"the two arms do not both hold the first look's {counts[0]} pairs of this plan: give the --plan "
+            "they were priced on, and at most the shorter arm's --max-hours"
+        )
+    name = out.name.removeprefix(AGAINST_PREFIX)
     echo(f"loopscale price: {settings.recipe.name} ({settings.out}) against {name}, the law from "
          f"{settings.base}")  # fmt: skip
     result = PriceResult(
@@ -93,26 +106,13 @@ def price_against(settings: PriceSettings, echo=print) -> PriceResult:
         power=plan_power(schedule, settings, search=False),
         against=os.path.relpath(settings.against, out),
     )
-    for k, n in enumerate(counts):
-        spec = variant_spec(schedule.pairs, settings.recipe, "pairs", runs=schedule.order[:n])
-        names = {run.name for run in plan_sweep(spec)}
-        held = {arm: [row for row in arm_rows if row["run"] in names] for arm, arm_rows in rows.items()}
-        if min(len(v) for v in held.values()) < n:  # a look one arm never reached: the replay ends before it
-            break
-        look, effects = read_look(settings, schedule, load_table(held["mine"]), k, load_table(held["theirs"]))
+    for k, look_rows in enumerate(held):
+        look, effects = read_look(settings, schedule, load_table(look_rows["mine"]), k,
+                                  load_table(look_rows["theirs"]), last=k == len(held) - 1)  # fmt: skip
         result = dataclasses.replace(result, looks=(*result.looks, look), effects=effects)
-        echo(f"  look {k + 1}: {n} pairs at critical value {look.critical:.3f}: {effects.chosen}"
-             + (f" -> stop ({look.stop})" if look.stop else ""))  # fmt: skip
+        echo(look_line(look))
         if look.stop:
             break
-    if not result.looks:
-        raise UserError(
-            f"the two arms do not both hold the first look's {counts[0]} pairs of this plan: give the --plan "
-            "they were priced on, and at most the shorter arm's --max-hours"
-        )
-    if result.looks[-1].stop is None:  # the replay ran out of pairs both arms hold
-        last = dataclasses.replace(result.looks[-1], stop="last look")
-        result = dataclasses.replace(result, looks=(*result.looks[:-1], last))
     claim_folder(out, "report")
     atomic_write_json(out / PRICE_FILE, result.to_dict())
     echo(price_verdict(result))

@@ -10,6 +10,7 @@ from loopscale.pairs.results import (
     PlanPower,
     PlanSeparation,
     PooledClusterSd,
+    PricedLook,
     PricePlan,
     PriceResult,
 )
@@ -33,12 +34,22 @@ def verdict_line(name: str, e: PairedEffects, looked: str, errors: str, detectab
     return f"{name}: {said}; {looked}, intervals at {100 * e.ci_level:.1f}%; {errors}"
 
 
+def paired_with(result: PriceResult) -> str:
+    """What the variant's runs were paired with: 'base', or the other arm's folder name ('laptop-parcae')."""
+    return "base" if result.against is None else Path(result.against).name
+
+
 def arm_label(result: PriceResult) -> str:
     """What a price names: its recipe, and the arm it was paired with where that is not the base
     ('parcae-zero against laptop-parcae')."""
-    if result.against is None:
-        return result.recipe
-    return f"{result.recipe} against {Path(result.against).name}"
+    return result.recipe if result.against is None else f"{result.recipe} against {paired_with(result)}"
+
+
+def look_line(look: PricedLook) -> str:
+    """One look as ``price`` prints it when read: its pairs, critical value, chosen model and any stop."""
+    stop = f" -> stop ({look.stop})" if look.stop else ""
+    said = f"{look.pairs} pairs at critical value {look.critical:.3f}: {look.chosen}{stop}"
+    return f"  look {look.look}: {said}"
 
 
 def price_verdict(result: PriceResult) -> str:

@@ -8,7 +8,14 @@ from pathlib import Path
 from loopscale.io import atomic_write_text
 from loopscale.pairs.results import PriceResult, TestTimeDepth
 from loopscale.present.case_study_figures import EffectsDisplay, ExcessByWidthDisplay
-from loopscale.present.price_text import arm_label, looks_intro, power_intro, power_table, price_verdict
+from loopscale.present.price_text import (
+    arm_label,
+    looks_intro,
+    paired_with,
+    power_intro,
+    power_table,
+    price_verdict,
+)
 from loopscale.present.test_time import TestTimeDisplay, depth_lines
 from loopscale.report.compare import effect_blocks
 from loopscale.report.document import Document, Image, Section, Table
@@ -19,8 +26,7 @@ def write_price_report(result: PriceResult, out: Path, depth: TestTimeDepth | No
     """report.md and report.html in ``out`` with the figures beside them → report.md's path. ``depth``: the
     arm's test-time loop counts (``loopscale eval-depth``), a section and a figure of their own."""
     effects = result.effects
-    reference = "base" if result.against is None else Path(result.against).name
-    by_r = EffectsDisplay.from_result(effects, arm_label(result), reference)
+    by_r = EffectsDisplay.from_result(effects, arm_label(result), paired_with(result))
     figures = [
         by_r.plot().save(out / "loss_change_by_r"),
         ExcessByWidthDisplay.from_result(effects, arm_label(result)).plot().save(out / "excess_by_width"),
