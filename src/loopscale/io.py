@@ -338,8 +338,9 @@ _LOOKS_LIKE: dict[str, Callable[[Path], bool]] = {
     # a data root holding only folders that `data prepare` / `eval prepare` create (data/sources: the
     # set-up script's downloads)
     "data": lambda p: _only_folders(p, DATA_ROOT_ENTRIES),
-    # report.md under its title (report.build)
-    "report": lambda p: _first_line(p / "report.md").startswith("# loopscale report"),
+    # report.md under its title (report.build; report.price for `price --against`, whose folder is a report
+    # folder: a price's own folder is a sweep, recognised first)
+    "report": lambda p: _first_line(p / "report.md").startswith(("# loopscale report", "# Price of")),
     # results tables (collect --out) and figure folders (fit --plots) were not recognisable before markers
 }
 

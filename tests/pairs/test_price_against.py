@@ -81,6 +81,22 @@ def test_a_shorter_plan_reads_the_first_pairs_both_arms_hold(arms):
     assert result.plan.boundary.critical[-1] > 2.0
 
 
+def test_a_published_against_folder_is_rewritten_in_a_fresh_checkout_and_a_plain_price_json_keeps_its_keys(
+    arms,
+):
+    """A fresh clone holds no .loopscale markers (gitignored): the published against folder is still known as
+    loopscale's report folder, so rerunning its command rewrites it; and a price against its base writes no
+    ``against`` key, so its price.json reads and writes back unchanged."""
+    from loopscale.io import MARKER, folder_kind
+
+    published = RESULTS / "laptop-parcae-zero" / "against-laptop-parcae"
+    copy = arms / "published-against"
+    shutil.copytree(published, copy, ignore=shutil.ignore_patterns(MARKER))
+    assert folder_kind(copy) == "report"
+    doc = json.loads((RESULTS / "laptop-parcae" / "price.json").read_text())
+    assert read_price(RESULTS / "laptop-parcae" / "price.json").to_dict() == doc and "against" not in doc
+
+
 def test_bad_against_arguments_end_in_one_line(arms, capsys):
     with pytest.raises(UserError, match="is --out itself"):
         price_against(_settings(arms, against=arms / "laptop-curriculum"))

@@ -224,6 +224,25 @@ def test_published_prices_read_and_re_render_byte_identically(tmp_path, arm):
     assert (tmp_path / "report.md").read_text() == (published / "report.md").read_text()
 
 
+PUBLISHED_PRICES = sorted(
+    str(path.parent.relative_to(ROOT / "results"))
+    for pattern in ("*/price.json", "*/against-*/price.json")
+    for path in (ROOT / "results").glob(pattern)
+)
+
+
+@pytest.mark.parametrize("arm", PUBLISHED_PRICES)
+def test_every_published_price_report_is_what_its_price_json_renders_today(tmp_path, arm):
+    """A published report.md is the current renderer's output of its price.json (and test_time.json): a
+    report written by older code is re-rendered (`price --render`) before it is published."""
+    published = ROOT / "results" / arm
+    for name in ("price.json", "test_time.json"):
+        if (published / name).is_file():
+            shutil.copy(published / name, tmp_path / name)
+    write_price_report(read_price(tmp_path / "price.json"), tmp_path, read_test_time(tmp_path))
+    assert (tmp_path / "report.md").read_text() == (published / "report.md").read_text()
+
+
 def test_a_pocock_plan_holds_every_look_to_one_value_between_the_obf_extremes(tmp_path):
     obf = plan_price(_settings(tmp_path)).looks.boundary
     pocock = plan_price(_settings(tmp_path, boundary="pocock")).looks.boundary

@@ -297,6 +297,12 @@ class PairedEffects(Record):
     also_consistent: tuple[Shape, ...] = ()
 
     @property
+    def inverted(self) -> bool:
+        """Whether the intervals are the values each term's test does not reject, read through SE₀ (records
+        since issue 49), rather than estimate ± c·SE (a record written before, rendered with its words)."""
+        return any(m.se_test is not None for m in self.models.values())
+
+    @property
     def chosen_model(self) -> ModelFit | None:
         """The fit of the model the rule named (None: tokens only, or the excess not attributed)."""
         return self.models[self.chosen] if self.chosen_terms else None
@@ -460,6 +466,14 @@ class PriceResult(Record):
     # the other priced arm the pairs were read against (relative path), the law staying ``base``'s; None: the
     # base's own runs
     against: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """As every record, less ``against`` where it is None: a price against its base writes the
+        price.json it wrote before ``price --against`` existed."""
+        doc = super().to_dict()
+        if self.against is None:
+            del doc["against"]
+        return doc
 
 
 # ---------------------------------------------------------------------------------------------------------

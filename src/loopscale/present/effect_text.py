@@ -392,7 +392,7 @@ def shapes_text(e: PairedEffects) -> str:
 def _interval_meaning(e: PairedEffects) -> str:
     """What the printed intervals are: the values the test does not reject (issue 49); a record read before
     it printed estimate ± c·SE, and its report re-renders with the words it had."""
-    if all(m.se_test is None for m in e.models.values()):
+    if not e.inverted:
         return "estimate +- c*SE"
     return "the values the test does not reject (estimate +- c*SE for a constant)"
 

@@ -90,8 +90,9 @@ def compare_verdict(name: str, e: PairedEffects) -> str:
     return verdict_line(name, e, looked, errors)
 
 
-def looks_intro(plan: PricePlan) -> str:
-    """The sentence above the report's table of looks."""
+def looks_intro(plan: PricePlan, inverted: bool = True) -> str:
+    """The sentence above the report's table of looks; ``inverted``: the looks' intervals are the values
+    each test does not reject (``PairedEffects.inverted``), not estimate ± c·SE."""
     if plan.boundary is None:
         return (
             "Each look analyses the pairs trained so far at its share of alpha (Lan–DeMets, Pocock type), so "
@@ -99,15 +100,18 @@ def looks_intro(plan: PricePlan) -> str:
             "its interval at 1 − size excludes 0."
         )
     named = "A look names a term only where its interval excludes 0."
-    return f"{boundary_text(plan.boundary, plan.most)} {named}"
+    return f"{boundary_text(plan.boundary, plan.most, inverted)} {named}"
 
 
-def boundary_text(b: Boundary, most: int) -> str:
-    """What the boundary is and how it was scaled."""
+def boundary_text(b: Boundary, most: int, inverted: bool = True) -> str:
+    """What the boundary is and how it was scaled; ``inverted`` as in ``looks_intro``."""
     form = f"{b.scale:.3f}·(n/{most})^(-1/2)" if b.shape == "obf" else f"{b.scale:.3f} at every look"
+    intervals = "the values its test does not reject (estimate ± c·SE for a constant)" if inverted else (
+        "estimate ± c·SE"
+    )
     return (
         f"Every term's |t| at look k is held to one critical value, {SHAPE_NAMES[b.shape]}: c = {form}, "
-        "with intervals the values its test does not reject (estimate ± c·SE for a constant). The scale is "
+        f"with intervals {intervals}. The scale is "
         f"set on {b.sequences} simulated sequences per null truth (the same pairs read again as they "
         "accumulate, the stopping rule in the loop) so that, under the worst null truth, the chance that the "
         "looks name a term the truth lacks, or end on an interval "

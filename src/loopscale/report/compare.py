@@ -193,7 +193,7 @@ def effect_blocks(e: PairedEffects) -> list:
             for label, c in cal.items()
         ],
     )
-    before_49 = all(m.se_test is None for m in e.models.values())  # its report re-renders as it was
+    before_49 = not e.inverted  # its report re-renders as it was
     level = f"{100 * e.ci_level:{'.0f' if before_49 else '.3g'}}%"  # the verdict's own level (96.5%, not 97%)
     meaning = (
         f"Models: each term's estimate ± c·SE ({level}), c the critical value of the same Monte Carlo test "

@@ -74,7 +74,7 @@ def write_price_report(result: PriceResult, out: Path, depth: TestTimeDepth | No
         sections=[
             Section(
                 "Looks",
-                [looks_intro(result.plan), looks],
+                [looks_intro(result.plan, effects.inverted), looks],
             ),
             *power_section,
             Section("Is it φ? The pairs at the last look", effect_blocks(effects)),
